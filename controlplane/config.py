@@ -1,0 +1,56 @@
+"""Configuration from environment variables, with embedded defaults (12-factor).
+
+The defaults need no server: SQLite and a filesystem broker under `var/`, a local filesystem
+store and Spark `local[2]`. Production sets DATABASE_URL, CELERY_BROKER_URL and STORE_URL.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("EPOCHAL_VAR_DIR", BASE_DIR / "var")).resolve()
+
+
+def env(name: str, default: str) -> str:
+    value = os.environ.get(name, "").strip()
+    return value or default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in {"1", "true", "yes", "on"}:
+        return True
+    if raw in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"{name}={raw!r} is not a boolean: use true or false")
+
+
+def database_url() -> str:
+    return env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'epochal.sqlite3'}")
+
+
+def broker_url() -> str:
+    return env("CELERY_BROKER_URL", "filesystem://")
+
+
+def store_url() -> str:
+    url = env("STORE_URL", f"file://{VAR_DIR / 'store'}")
+    if url.startswith("file://") and not url.startswith("file:///"):
+        # A relative file URL is taken relative to the project root, not the current directory.
+        url = f"file://{(BASE_DIR / url.removeprefix('file://')).resolve()}"
+    return url
+
+
+def runner() -> str:
+    value = env("RUNNER", "local")
+    if value not in {"local", "kubernetes"}:
+        raise ValueError(f"RUNNER={value!r} is not supported: use local or kubernetes")
+    return value
+
+
+def spark_master() -> str:
+    return env("SPARK_MASTER", "local[2]")

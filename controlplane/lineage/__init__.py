@@ -1,0 +1,1 @@
+"""Lineage index: a queryable mirror of each application's snapshot store."""

@@ -1,0 +1,66 @@
+"""Shared fixtures: one SparkSession per test run, and service checks.
+
+Service-backed tests (PostgreSQL, Redis, RabbitMQ) run when the service answers. In CI
+(`EPOCHAL_REQUIRE_SERVICES=1`, set by `.ci/run`) a missing service fails the test instead of
+skipping it, so CI can never pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+REQUIRE_SERVICES = os.environ.get("EPOCHAL_REQUIRE_SERVICES") == "1"
+
+
+def _port_open(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def require_service(name: str, available: bool, how: str) -> None:
+    """Skip (or, in CI, fail) when a service a test needs is not there."""
+    if available:
+        return
+    message = f"{name} is not available: {how}"
+    if REQUIRE_SERVICES:
+        pytest.fail(f"{message} (EPOCHAL_REQUIRE_SERVICES=1 makes this mandatory)")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+    require_service("Redis", _port_open("127.0.0.1", 6379), f"start Redis or set REDIS_URL ({url})")
+    return url
+
+
+@pytest.fixture
+def postgresql_db(db: Any) -> None:
+    """The Django test database, which must be PostgreSQL (set DATABASE_URL=postgres://…)."""
+    from django.db import connection
+
+    require_service(
+        "PostgreSQL",
+        connection.vendor == "postgresql",
+        "this test needs DATABASE_URL=postgres://root@127.0.0.1:5432/test",
+    )
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession (`local[2]`) shared by every test that needs Spark."""
+    require_service("Java", shutil.which("java") is not None, "install OpenJDK 17")
+    from runners.engine.session import build_spark_session
+
+    session = build_spark_session(master="local[2]", app_name="epochal-tests")
+    yield session
+    session.stop()

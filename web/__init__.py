@@ -1,0 +1,1 @@
+"""The browser UI: renders what controlplane services and selectors hand it."""
