@@ -1,0 +1,116 @@
+"""Domain exceptions of the snapshot store.
+
+Every message names the object, ref, revision or field at fault and says what to do next.
+The control plane maps these classes to HTTP status codes in one place.
+"""
+
+from __future__ import annotations
+
+FSCK_HINT = "run `python -m snapshots_store --store URL --namespace NS fsck`"
+
+
+def _short(object_id: str | None) -> str:
+    return "nothing" if object_id is None else object_id
+
+
+class StoreError(Exception):
+    """Base class of every error raised by `snapshots_store`."""
+
+
+class ObjectNotFoundError(StoreError):
+    """An object that should exist is not in the store."""
+
+    def __init__(self, object_id: str, context: str = "") -> None:
+        self.object_id = object_id
+        self.context = context
+        where = f" ({context})" if context else ""
+        super().__init__(
+            f"object {object_id}{where} is missing from the store; "
+            f"if a ref or manifest points at it the store is damaged: {FSCK_HINT}"
+        )
+
+
+class CorruptObjectError(StoreError):
+    """Stored bytes do not decode to the object they are named after; never returned."""
+
+    def __init__(self, object_id: str, detail: str) -> None:
+        self.object_id = object_id
+        self.detail = detail
+        super().__init__(
+            f"object {object_id} is corrupt: {detail}; restore it from a replica "
+            f"or rewrite it from its source, then {FSCK_HINT}"
+        )
+
+
+class MalformedManifestError(StoreError):
+    """A manifest (bytes or constructor arguments) violates the format."""
+
+    def __init__(self, field: str, detail: str, snapshot_id: str | None = None) -> None:
+        self.field = field
+        self.detail = detail
+        self.snapshot_id = snapshot_id
+        which = f"manifest {snapshot_id}" if snapshot_id else "manifest"
+        super().__init__(
+            f"{which}: field `{field}` {detail} (see docs/store-format.md, section Manifest)"
+        )
+
+
+class RefNotFoundError(StoreError):
+    """The named ref does not exist (or was deleted)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"ref {name} does not exist; list refs with "
+            f"`python -m snapshots_store --store URL --namespace NS refs`"
+        )
+
+
+class RefConflictError(StoreError):
+    """A compare-and-swap found a different current value than the caller expected."""
+
+    def __init__(self, name: str, expected: str | None, actual: str | None) -> None:
+        self.name = name
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"ref {name} was expected at {_short(expected)} but is at {_short(actual)}; "
+            f"another writer moved it: re-read the ref and decide again"
+        )
+
+
+class ControlConflictError(RefConflictError):
+    """The control document changed since the caller read it (its version token differs)."""
+
+    def __init__(self, branch: str, expected: str | None, actual: str | None) -> None:
+        super().__init__(f"control/{branch}", expected, actual)
+        self.args = (
+            f"control document of branch {branch} was expected at version "
+            f"{_short(expected)} but is at {_short(actual)}; re-read it and apply the "
+            f"change again",
+        )
+
+
+class InvalidNameError(StoreError):
+    """A ref, branch, tag, namespace, object id or storage key is not acceptable."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"invalid name {name!r}: {reason}")
+
+
+class UnknownRevisionError(StoreError):
+    """A revision string does not resolve to exactly one snapshot."""
+
+    def __init__(self, rev: str, detail: str) -> None:
+        self.rev = rev
+        self.detail = detail
+        super().__init__(
+            f"unknown revision {rev!r}: {detail}; use a snapshot id, a unique id prefix "
+            f"of at least 8 hex digits, heads/<branch>, tags/<tag> or a branch name"
+        )
+
+
+class StoreConfigError(StoreError):
+    """The store URL, backend or server cannot give the guarantees the store needs."""

@@ -1,0 +1,289 @@
+"""`Repository`: the porcelain — the verbs the engine and the control plane use.
+
+One repository is one namespace (application) of a store root. Plumbing lives in
+`objects`, `refs`, `reflog`, `control`, `graph`, `diff`, `gc` and `fsck`; this class wires
+them to one backend and adds the checks that keep the store consistent (a ref only ever
+points at a verified manifest; a commit's parents exist before it is written).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from snapshots_store.backends import Backend, PrefixedBackend, open_backend
+from snapshots_store.codec import format_timestamp
+from snapshots_store.control import ControlStore
+from snapshots_store.errors import (
+    InvalidNameError,
+    MalformedManifestError,
+    ObjectNotFoundError,
+    RefNotFoundError,
+    StoreError,
+    UnknownRevisionError,
+)
+from snapshots_store.manifest import Manifest
+from snapshots_store.names import check_branch_name, check_namespace, check_ref_name
+from snapshots_store.objects import ObjectStore, check_kind, check_object_id, is_object_id
+from snapshots_store.reflog import ReflogEntry, assemble, read_logged
+from snapshots_store.refs import RefStore, RefValue
+
+_SUFFIX = re.compile(r"(?:~(\d*)|\^(\d*))$")
+_MANIFEST_CACHE_SIZE = 4096
+MIN_PREFIX = 8
+
+
+class Repository:
+    """Snapshots, refs, reflog and control documents of one application namespace."""
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        clock: Callable[[], datetime] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.objects = ObjectStore(backend)
+        self.refs = RefStore(backend)
+        self.control = ControlStore(backend)
+        self._clock = clock or (lambda: datetime.now(UTC))
+        self._manifests: OrderedDict[str, Manifest] = OrderedDict()
+
+    @classmethod
+    def open(cls, url: str, namespace: str, **kwargs: Any) -> Repository:
+        """The repository of `namespace` in the store at `url`; creates nothing until a write."""
+        check_namespace(namespace)
+        return cls(PrefixedBackend(open_backend(url), namespace), **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Repository({self.backend.url!r})"
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    # -- objects ---------------------------------------------------------------------------
+
+    def put_object(self, kind: str, payload: bytes) -> str:
+        """Store bytes of a kind (chunk, output, manifest, blob); idempotent, returns the id."""
+        check_kind(kind)
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            raise InvalidNameError(type(payload).__name__, "an object payload is bytes")
+        return self.objects.put(kind, bytes(payload))
+
+    def get_object(self, object_id: str) -> bytes:
+        """The verified payload; ObjectNotFoundError / CorruptObjectError otherwise."""
+        return self.objects.get(check_object_id(object_id))[1]
+
+    def get_object_with_kind(self, object_id: str) -> tuple[str, bytes]:
+        return self.objects.get(check_object_id(object_id))
+
+    def has_object(self, object_id: str) -> bool:
+        return self.objects.has(check_object_id(object_id))
+
+    # -- manifests -------------------------------------------------------------------------
+
+    def write_manifest(self, manifest: Manifest) -> str:
+        if not isinstance(manifest, Manifest):
+            raise MalformedManifestError("(document)", "must be a Manifest instance")
+        oid = self.objects.put("manifest", manifest.to_bytes())
+        self._remember(oid, manifest)
+        return oid
+
+    def read_manifest(self, snapshot_id: str) -> Manifest:
+        """The manifest with that id (verified, cached: manifests are immutable)."""
+        check_object_id(snapshot_id)
+        cached = self._manifests.get(snapshot_id)
+        if cached is not None:
+            self._manifests.move_to_end(snapshot_id)
+            return cached
+        kind, payload = self.objects.get(snapshot_id, context="manifest")
+        if kind != "manifest":
+            raise MalformedManifestError(
+                "(object kind)", f"is {kind!r}: the object is not a manifest", snapshot_id
+            )
+        manifest = Manifest.from_bytes(payload, snapshot_id)
+        self._remember(snapshot_id, manifest)
+        return manifest
+
+    def _remember(self, oid: str, manifest: Manifest) -> None:
+        self._manifests[oid] = manifest
+        self._manifests.move_to_end(oid)
+        while len(self._manifests) > _MANIFEST_CACHE_SIZE:
+            self._manifests.popitem(last=False)
+
+    # -- refs ------------------------------------------------------------------------------
+
+    def read_ref(self, name: str) -> RefValue | None:
+        """Where `name` (``heads/x`` / ``tags/y``) points, or None when it does not exist."""
+        return self.refs.read(name)
+
+    def cas_ref(
+        self,
+        name: str,
+        expected: str | None,
+        new: str,
+        *,
+        operation_id: str | None = None,
+        reason: str,
+    ) -> RefValue:
+        """Move `name` from `expected` (None = must not exist) to the manifest `new`.
+
+        `new` must be a stored, valid manifest; RefConflictError when the ref is elsewhere.
+        """
+        check_ref_name(name)
+        check_object_id(new)
+        if expected is not None:
+            check_object_id(expected)
+        self.read_manifest(new)
+        doc = self.refs.cas(
+            name, expected, new, operation_id=operation_id, reason=reason, at=self._stamp()
+        )
+        return RefValue(new, doc.seq)
+
+    def delete_ref(
+        self, name: str, expected: str, *, operation_id: str | None = None, reason: str
+    ) -> None:
+        """Delete `name` if it still points at `expected` (the reflog records the deletion)."""
+        check_ref_name(name)
+        check_object_id(expected)
+        if self.refs.read(name) is None:
+            raise RefNotFoundError(check_ref_name(name))
+        self.refs.cas(
+            name, expected, None, operation_id=operation_id, reason=reason, at=self._stamp()
+        )
+
+    def list_refs(self, prefix: str = "") -> dict[str, RefValue]:
+        """Live refs by full name (``heads/main`` …) whose name starts with `prefix`."""
+        return self.refs.list(prefix)
+
+    def reflog(self, name: str) -> list[ReflogEntry]:
+        """Every move of `name`, oldest first; RefNotFoundError when it never existed."""
+        name = check_ref_name(name)
+        current = self.refs.read_document(name)  # first the ref, then the log: see reflog.py
+        logged = read_logged(self.backend, name)
+        if current is None and not logged:
+            raise RefNotFoundError(name)
+        entries, missing = assemble(logged, None if current is None else current.entry)
+        if missing:
+            raise StoreError(
+                f"reflog of {name} lacks entries {missing[:5]}; the store is damaged: run fsck"
+            )
+        return entries
+
+    def commit(
+        self,
+        manifest: Manifest,
+        branch: str,
+        *,
+        expected_head: str | None,
+        operation_id: str | None = None,
+        reason: str,
+    ) -> str:
+        """Write `manifest`, then CAS ``heads/<branch>`` from `expected_head` to it.
+
+        The CAS is the commit point: a crash before it leaves only unreferenced objects.
+        Parents must already be stored. Returns the new snapshot id.
+        """
+        check_branch_name(branch)
+        if expected_head is not None:
+            check_object_id(expected_head)
+        if not isinstance(manifest, Manifest):
+            raise MalformedManifestError("(document)", "must be a Manifest instance")
+        if manifest.branch != branch:
+            raise MalformedManifestError(
+                "branch", f"is {manifest.branch!r} but the commit targets branch {branch!r}"
+            )
+        for parent in manifest.parents:
+            if not self.has_object(parent):
+                raise ObjectNotFoundError(parent, "parent of the manifest being committed")
+        snapshot_id = self.write_manifest(manifest)
+        self.refs.cas(
+            f"heads/{branch}",
+            expected_head,
+            snapshot_id,
+            operation_id=operation_id,
+            reason=reason,
+            at=self._stamp(),
+        )
+        return snapshot_id
+
+    def _stamp(self) -> str:
+        return format_timestamp(self.now())
+
+    # -- revisions -------------------------------------------------------------------------
+
+    def resolve(self, rev: str) -> str:
+        """The snapshot id a revision names.
+
+        Accepted: a full id; ``heads/x`` / ``tags/y`` (or ``refs/…``); a bare branch name,
+        then a bare tag name; a unique id prefix of at least 8 hex digits; any of these
+        followed by ``~n`` (n-th first parent) or ``^n`` (n-th parent) suffixes.
+        """
+        if not isinstance(rev, str) or not rev or "\0" in rev:
+            raise UnknownRevisionError(str(rev), "a revision is a non-empty string")
+        match = _SUFFIX.search(rev)
+        if match and match.start() > 0:
+            base = self.resolve(rev[: match.start()])
+            if match.group(1) is not None:
+                for _ in range(int(match.group(1) or 1)):
+                    base = self._parent(rev, base, 1)
+                return base
+            return self._parent(rev, base, int(match.group(2) or 1))
+        if is_object_id(rev):
+            if not self.has_object(rev):
+                raise UnknownRevisionError(rev, "no object with this id is stored")
+            return rev
+        for candidate in self._ref_candidates(rev):
+            value = self.refs.read(candidate)
+            if value is not None:
+                return value.target
+        if re.fullmatch(r"[0-9a-f]+", rev) and len(rev) >= MIN_PREFIX:
+            found = self.objects.ids_with_prefix(rev)
+            if len(found) > 1:
+                found = [oid for oid in found if self._is_manifest(oid)]
+            if len(found) == 1:
+                return found[0]
+            if len(found) > 1:
+                raise UnknownRevisionError(rev, f"the prefix is ambiguous ({len(found)} snapshots)")
+        raise UnknownRevisionError(rev, "no ref or snapshot matches")
+
+    def _ref_candidates(self, rev: str) -> list[str]:
+        try:
+            return [check_ref_name(rev)]
+        except InvalidNameError:
+            pass
+        try:
+            check_branch_name(rev)
+        except InvalidNameError:
+            return []
+        return [f"heads/{rev}", f"tags/{rev}"]
+
+    def _is_manifest(self, oid: str) -> bool:
+        try:
+            return self.objects.get(oid)[0] == "manifest"
+        except StoreError:
+            return False
+
+    def _parent(self, rev: str, snapshot_id: str, n: int) -> str:
+        parents = self.read_manifest(snapshot_id).parents
+        if n < 1 or n > len(parents):
+            raise UnknownRevisionError(rev, f"snapshot {snapshot_id} has {len(parents)} parent(s)")
+        return parents[n - 1]
+
+    # -- control documents -----------------------------------------------------------------
+
+    def read_control(self, branch: str) -> tuple[dict[str, Any], str | None]:
+        """(document, version token) of a branch's control document; ({}, None) if absent."""
+        return self.control.read(branch)
+
+    def write_control(self, branch: str, doc: dict[str, Any], expected_version: str | None) -> str:
+        """CAS the control document; returns the new version (ControlConflictError if stale)."""
+        return self.control.write(branch, doc, expected_version)
+
+    # -- helpers for maintenance -----------------------------------------------------------
+
+    def retention_cutoff(self, retention: timedelta) -> datetime:
+        return self.now() - retention
