@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from snapshots_store import fsck, gc, graph
 from snapshots_store.backends import Backend, PrefixedBackend, open_backend
 from snapshots_store.codec import format_timestamp
 from snapshots_store.control import ControlStore
+from snapshots_store.diff import SnapshotDiff, diff_manifests
 from snapshots_store.errors import (
     InvalidNameError,
     MalformedManifestError,
@@ -25,6 +27,8 @@ from snapshots_store.errors import (
     StoreError,
     UnknownRevisionError,
 )
+from snapshots_store.fsck import FsckReport
+from snapshots_store.gc import GcReport
 from snapshots_store.manifest import Manifest
 from snapshots_store.names import check_branch_name, check_namespace, check_ref_name
 from snapshots_store.objects import ObjectStore, check_kind, check_object_id, is_object_id
@@ -34,6 +38,8 @@ from snapshots_store.refs import RefStore, RefValue
 _SUFFIX = re.compile(r"(?:~(\d*)|\^(\d*))$")
 _MANIFEST_CACHE_SIZE = 4096
 MIN_PREFIX = 8
+DEFAULT_RETENTION = timedelta(days=7)
+DEFAULT_GRACE = timedelta(hours=24)
 
 
 class Repository:
@@ -273,6 +279,43 @@ class Repository:
             raise UnknownRevisionError(rev, f"snapshot {snapshot_id} has {len(parents)} parent(s)")
         return parents[n - 1]
 
+    # -- history ---------------------------------------------------------------------------
+
+    def log(
+        self, rev: str, *, first_parent: bool = False, limit: int | None = None
+    ) -> Iterator[tuple[str, Manifest]]:
+        """(id, manifest) from `rev` back: first-parent chain or full topological order."""
+        return graph.log(
+            self.read_manifest, self.resolve(rev), first_parent=first_parent, limit=limit
+        )
+
+    def ancestors(self, rev: str) -> set[str]:
+        """Every snapshot in the history of `rev`, `rev` itself included."""
+        return graph.ancestors(self.read_manifest, [self.resolve(rev)])
+
+    def is_ancestor(self, a: str, b: str) -> bool:
+        """True when `a` is in the history of `b` (true for a == b)."""
+        return graph.is_ancestor(self.read_manifest, self.resolve(a), self.resolve(b))
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        """The newest best common ancestor of `a` and `b`, None when histories are disjoint."""
+        return graph.merge_base(self.read_manifest, self.resolve(a), self.resolve(b))
+
+    def merge_bases(self, a: str, b: str) -> list[str]:
+        """All best common ancestors (several after criss-cross merges), newest first."""
+        return graph.merge_bases(self.read_manifest, self.resolve(a), self.resolve(b))
+
+    def diff(self, a: str, b: str) -> SnapshotDiff:
+        """Key groups added/changed/removed (stored sizes) and offsets advanced from a to b."""
+        old_id, new_id = self.resolve(a), self.resolve(b)
+        return diff_manifests(
+            old_id, self.read_manifest(old_id), new_id, self.read_manifest(new_id), self._size
+        )
+
+    def _size(self, object_id: str) -> int | None:
+        info = self.objects.stat(object_id)
+        return None if info is None else info.size
+
     # -- control documents -----------------------------------------------------------------
 
     def read_control(self, branch: str) -> tuple[dict[str, Any], str | None]:
@@ -283,7 +326,18 @@ class Repository:
         """CAS the control document; returns the new version (ControlConflictError if stale)."""
         return self.control.write(branch, doc, expected_version)
 
-    # -- helpers for maintenance -----------------------------------------------------------
+    # -- maintenance -----------------------------------------------------------------------
 
-    def retention_cutoff(self, retention: timedelta) -> datetime:
-        return self.now() - retention
+    def gc(
+        self,
+        *,
+        retention: timedelta = DEFAULT_RETENTION,
+        grace: timedelta = DEFAULT_GRACE,
+        dry_run: bool = False,
+    ) -> GcReport:
+        """Remove objects unreachable from refs and recent reflog entries (see gc.py)."""
+        return gc.collect(self, retention=retention, grace=grace, dry_run=dry_run)
+
+    def fsck(self) -> FsckReport:
+        """Verify every object reachable from the refs, and every reflog (see fsck.py)."""
+        return fsck.check(self)

@@ -1,0 +1,227 @@
+"""fsck: verify everything reachable from the refs, naming each problem precisely.
+
+Checks every live ref's document and target, every reachable manifest (presence, hash,
+kind, schema), every chunk and output it names (presence, hash, kind) and every reflog
+(gap-free, well-formed). Each problem names the ref, snapshot, key group and object.
+Each object is read once, however many snapshots share it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from snapshots_store.errors import (
+    CorruptObjectError,
+    MalformedManifestError,
+    ObjectNotFoundError,
+    StoreError,
+)
+from snapshots_store.manifest import Manifest
+from snapshots_store.names import REFS_PREFIX, check_ref_name
+from snapshots_store.reflog import assemble, read_logged
+from snapshots_store.refs import RefDocument, parse_ref_document
+
+if TYPE_CHECKING:
+    from snapshots_store.repository import Repository
+
+
+@dataclass(frozen=True)
+class FsckProblem:
+    """One problem. `kind`: missing-object, corrupt-object, wrong-kind, malformed-manifest,
+    dangling-ref, bad-ref, reflog-gap, bad-reflog."""
+
+    kind: str
+    message: str
+    ref: str | None = None
+    snapshot_id: str | None = None
+    key_group: int | None = None
+    object_id: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "message": self.message,
+            "ref": self.ref,
+            "snapshot_id": self.snapshot_id,
+            "key_group": self.key_group,
+            "object_id": self.object_id,
+        }
+
+
+@dataclass(frozen=True)
+class FsckReport:
+    problems: tuple[FsckProblem, ...]
+    refs_checked: int
+    snapshots_checked: int
+    objects_checked: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "refs_checked": self.refs_checked,
+            "snapshots_checked": self.snapshots_checked,
+            "objects_checked": self.objects_checked,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+
+class _Checker:
+    def __init__(self, repo: Repository) -> None:
+        self.repo = repo
+        self.problems: list[FsckProblem] = []
+        self.reads: dict[str, tuple[str | None, str]] = {}  # id -> (problem, detail or kind)
+        self.manifests: dict[str, Manifest | None] = {}
+        self.reported: set[tuple[str, str]] = set()
+
+    def _read(self, oid: str) -> tuple[str | None, str]:
+        try:
+            kind, payload = self.repo.objects.get(oid)
+        except ObjectNotFoundError:
+            return "missing-object", "is missing"
+        except CorruptObjectError as exc:
+            return "corrupt-object", f"is corrupt ({exc.detail})"
+        if kind == "manifest":
+            try:
+                self.manifests[oid] = Manifest.from_bytes(payload, oid)
+            except MalformedManifestError as exc:
+                self.manifests[oid] = None
+                return "malformed-manifest", f"is malformed: field `{exc.field}` {exc.detail}"
+        return None, kind
+
+    def _object(self, oid: str, expected_kind: str) -> tuple[str | None, str]:
+        """(problem, detail) of an object used as `expected_kind`; each object is read once.
+
+        The detail is empty when the same problem was already reported for this object.
+        """
+        if oid not in self.reads:
+            self.reads[oid] = self._read(oid)
+        problem, detail = self.reads[oid]
+        if problem is None:
+            if detail == expected_kind:
+                return None, ""
+            problem, detail = "wrong-kind", f"is a {detail} object, expected a {expected_kind}"
+        first = (oid, problem) not in self.reported
+        self.reported.add((oid, problem))
+        return problem, detail if first else ""
+
+    def check_refs(self) -> list[tuple[str, str]]:
+        targets: list[tuple[str, str]] = []
+        for info in self.repo.backend.list(REFS_PREFIX):
+            name = info.key[len(REFS_PREFIX) :]
+            try:
+                check_ref_name(name)
+            except StoreError:
+                self._add("bad-ref", f"{info.key} is not a valid ref name", ref=name)
+                continue
+            blob = self.repo.backend.get(info.key)
+            if blob is None:
+                continue
+            try:
+                doc = parse_ref_document(name, blob.data, blob.version)
+            except StoreError as exc:
+                self._add("bad-ref", f"ref {name}: {exc}", ref=name)
+                continue
+            self.check_reflog(doc)
+            if doc.target is not None:
+                targets.append((name, doc.target))
+        return targets
+
+    def check_reflog(self, doc: RefDocument) -> None:
+        try:
+            logged = read_logged(self.repo.backend, doc.name)
+        except StoreError as exc:
+            self._add("bad-reflog", f"reflog of {doc.name}: {exc}", ref=doc.name)
+            return
+        _, missing = assemble(logged, doc.entry)
+        if missing:
+            self._add(
+                "reflog-gap",
+                f"reflog of {doc.name} lacks entries {missing[:10]} of 1..{doc.seq}",
+                ref=doc.name,
+            )
+
+    def walk(self, targets: list[tuple[str, str]]) -> int:
+        queue: deque[str] = deque()
+        for name, target in targets:
+            problem, detail = self._object(target, "manifest")
+            detail = detail or "has the problem reported above"
+            if problem is None:
+                queue.append(target)
+            elif problem == "missing-object":
+                self._add(
+                    "dangling-ref",
+                    f"ref {name} points at snapshot {target}, which {detail}",
+                    ref=name,
+                    snapshot_id=target,
+                    object_id=target,
+                )
+            else:
+                self._add(
+                    problem,
+                    f"snapshot {target} (target of ref {name}) {detail}",
+                    ref=name,
+                    snapshot_id=target,
+                    object_id=target,
+                )
+        seen: set[str] = set()
+        while queue:
+            sid = queue.popleft()
+            if sid in seen:
+                continue
+            seen.add(sid)
+            manifest = self.manifests[sid]
+            assert manifest is not None
+            for parent in manifest.parents:
+                problem, detail = self._object(parent, "manifest")
+                if problem is None:
+                    queue.append(parent)
+                elif detail:
+                    self._add(
+                        problem,
+                        f"snapshot {sid}: parent snapshot {parent} {detail}",
+                        snapshot_id=sid,
+                        object_id=parent,
+                    )
+            for group, chunks in manifest.key_groups.items():
+                for chunk in chunks:
+                    problem, detail = self._object(chunk, "chunk")
+                    if problem is not None and detail:
+                        self._add(
+                            problem,
+                            f"snapshot {sid}: key group {group} chunk {chunk} {detail}",
+                            snapshot_id=sid,
+                            key_group=group,
+                            object_id=chunk,
+                        )
+            for output in manifest.outputs:
+                problem, detail = self._object(output, "output")
+                if problem is not None and detail:
+                    self._add(
+                        problem,
+                        f"snapshot {sid}: sink output {output} {detail}",
+                        snapshot_id=sid,
+                        object_id=output,
+                    )
+        return len(seen)
+
+    def _add(self, kind: str, message: str, **where: Any) -> None:
+        self.problems.append(FsckProblem(kind, message, **where))
+
+
+def check(repo: Repository) -> FsckReport:
+    """Verify the repository; a report with no problems means every reachable byte is sound."""
+    checker = _Checker(repo)
+    targets = checker.check_refs()
+    snapshots = checker.walk(targets)
+    return FsckReport(
+        problems=tuple(checker.problems),
+        refs_checked=len(targets),
+        snapshots_checked=snapshots,
+        objects_checked=len(checker.reads),
+    )

@@ -1,0 +1,166 @@
+"""Garbage collection by reachability.
+
+Roots: every live ref (branches and tags) and every reflog entry (its old and new value)
+newer than the retention window. Everything reachable from a root through parents, chunks
+and outputs is kept. An unreachable object is removed only if it is older than the grace
+period — objects of an in-flight commit (written, not yet committed by CAS) are young —
+and objects written after gc started are never removed. Leftover temp files of killed
+writers are removed after the same grace period. gc refuses to delete anything when a
+reachable manifest is missing or corrupt (it could not know what that manifest protects).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Final
+
+from snapshots_store.codec import format_timestamp, parse_timestamp
+from snapshots_store.errors import StoreError
+from snapshots_store.objects import OBJECTS_PREFIX, id_from_key
+from snapshots_store.reflog import LOGS_PREFIX, ReflogEntry
+
+if TYPE_CHECKING:
+    from snapshots_store.repository import Repository
+
+#: reflog entries are scanned newest first until one is this much older than the cutoff,
+#: which tolerates clock skew between writers.
+CLOCK_SKEW: Final = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class GcItem:
+    """One key that gc removed (or would remove, in a dry run)."""
+
+    key: str
+    object_id: str | None
+    size: int
+    mtime: datetime
+    reason: str  # "unreachable" or "partial write"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "object_id": self.object_id,
+            "size": self.size,
+            "mtime": format_timestamp(self.mtime),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class GcReport:
+    dry_run: bool
+    started_at: datetime
+    roots: int
+    reachable_objects: int
+    kept_young: int
+    removed: tuple[GcItem, ...]
+
+    @property
+    def removed_bytes(self) -> int:
+        return sum(item.size for item in self.removed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "dry_run": self.dry_run,
+            "started_at": format_timestamp(self.started_at),
+            "roots": self.roots,
+            "reachable_objects": self.reachable_objects,
+            "kept_young": self.kept_young,
+            "removed_bytes": self.removed_bytes,
+            "removed": [item.to_dict() for item in self.removed],
+        }
+
+
+def find_roots(repo: Repository, cutoff: datetime) -> set[str]:
+    """Live ref targets plus snapshots named by reflog entries made at or after `cutoff`."""
+    roots: set[str] = set()
+    logged: dict[str, list[str]] = {}
+    for info in repo.backend.list(LOGS_PREFIX):
+        ref_name = info.key[len(LOGS_PREFIX) :].rpartition("/")[0]
+        logged.setdefault(ref_name, []).append(info.key)
+    for doc in repo.refs.list_documents():
+        if doc.target is not None:
+            roots.add(doc.target)
+        _add_entry(roots, doc.entry, cutoff)
+    for keys in logged.values():
+        for key in sorted(keys, reverse=True):  # newest first (zero-padded sequence numbers)
+            blob = repo.backend.get(key)
+            if blob is None:
+                continue
+            try:
+                entry = ReflogEntry.from_dict(json.loads(blob.data), key)
+            except ValueError:
+                raise StoreError(f"reflog entry {key} is not JSON; run fsck") from None
+            if parse_timestamp(entry.at) < cutoff - CLOCK_SKEW:
+                break
+            _add_entry(roots, entry, cutoff)
+    return roots
+
+
+def _add_entry(roots: set[str], entry: ReflogEntry, cutoff: datetime) -> None:
+    try:
+        recent = parse_timestamp(entry.at) >= cutoff
+    except ValueError:
+        recent = True  # unreadable time: keep what it names
+    if recent:
+        roots.update(v for v in (entry.old, entry.new) if v is not None)
+
+
+def mark(repo: Repository, roots: set[str]) -> set[str]:
+    """Ids of every object reachable from `roots`; StoreError if a manifest is unreadable."""
+    reachable: set[str] = set()
+    queue = list(roots)
+    while queue:
+        snapshot_id = queue.pop()
+        if snapshot_id in reachable:
+            continue
+        try:
+            manifest = repo.read_manifest(snapshot_id)
+        except StoreError as exc:
+            raise StoreError(
+                f"gc stopped before deleting anything: reachable snapshot {snapshot_id} "
+                f"cannot be read ({exc})"
+            ) from exc
+        reachable.add(snapshot_id)
+        for chunks in manifest.key_groups.values():
+            reachable.update(chunks)
+        reachable.update(manifest.outputs)
+        queue.extend(p for p in manifest.parents if p not in reachable)
+    return reachable
+
+
+def collect(repo: Repository, *, retention: timedelta, grace: timedelta, dry_run: bool) -> GcReport:
+    """Remove unreachable objects older than `grace` (or only list them when `dry_run`)."""
+    if retention < timedelta(0) or grace < timedelta(0):
+        raise ValueError("retention and grace must not be negative")
+    started = repo.now()
+    roots = find_roots(repo, started - retention)
+    reachable = mark(repo, roots)
+    young_after = started - grace
+    removed: list[GcItem] = []
+    kept_young = 0
+    for info in repo.backend.list(OBJECTS_PREFIX):
+        oid = id_from_key(info.key)
+        if oid is None or oid in reachable:
+            continue
+        if info.mtime >= young_after:
+            kept_young += 1
+            continue
+        removed.append(GcItem(info.key, oid, info.size, info.mtime, "unreachable"))
+    for info in repo.backend.list_partial(""):
+        if info.mtime < young_after:
+            removed.append(GcItem(info.key, None, info.size, info.mtime, "partial write"))
+    if not dry_run:
+        for item in removed:
+            repo.backend.delete(item.key)
+    return GcReport(
+        dry_run=dry_run,
+        started_at=started,
+        roots=len(roots),
+        reachable_objects=len(reachable),
+        kept_young=kept_young,
+        removed=tuple(sorted(removed, key=lambda item: item.key)),
+    )
