@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 #: reflog entries are scanned newest first until one is this much older than the cutoff,
 #: which tolerates clock skew between writers.
 CLOCK_SKEW: Final = timedelta(minutes=5)
+#: S3 reports modification times in whole seconds; an object is "older than the grace
+#: period" only when it is so by more than this.
+MTIME_RESOLUTION: Final = timedelta(seconds=1)
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,7 @@ def collect(repo: Repository, *, retention: timedelta, grace: timedelta, dry_run
     started = repo.now()
     roots = find_roots(repo, started - retention)
     reachable = mark(repo, roots)
-    young_after = started - grace
+    young_after = started - grace - MTIME_RESOLUTION
     removed: list[GcItem] = []
     kept_young = 0
     for info in repo.backend.list(OBJECTS_PREFIX):

@@ -1,12 +1,55 @@
-"""Fixtures of the store suite: real repositories on a temp directory."""
+"""Fixtures of the store suite: real repositories on a temp directory and on a moto S3
+server spoken to over HTTP by boto3 (no patched clients)."""
 
 from __future__ import annotations
 
+import os
+import socket
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 
 from snapshots_store import Repository
+
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A moto S3 server on 127.0.0.1 for the whole session; its URL."""
+    from moto.server import ThreadedMotoServer
+
+    os.environ.update(S3_ENV)
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_url(s3_endpoint: str) -> str:
+    """A store URL on a fresh bucket of the moto server."""
+    bucket = f"store-{uuid.uuid4().hex[:16]}"
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1").create_bucket(
+        Bucket=bucket
+    )
+    return f"s3://{bucket}/root?endpoint_url={s3_endpoint}"
 
 
 @pytest.fixture
@@ -22,3 +65,16 @@ def store_url(local_root: Path) -> str:
 @pytest.fixture
 def repo(store_url: str) -> Repository:
     return Repository.open(store_url, "app")
+
+
+@pytest.fixture(params=["local", "s3"])
+def any_url(request: pytest.FixtureRequest) -> str:
+    """The store URL of each backend in turn (parity tests)."""
+    if request.param == "local":
+        return str(request.getfixturevalue("store_url"))
+    return str(request.getfixturevalue("s3_url"))
+
+
+@pytest.fixture
+def any_repo(any_url: str) -> Repository:
+    return Repository.open(any_url, "app")

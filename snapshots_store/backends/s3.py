@@ -1,0 +1,211 @@
+"""S3-compatible backend (AWS S3, MinIO, Ceph RGW, moto …) through boto3.
+
+Atomicity comes from the server: a PUT replaces an object whole, so readers never see a
+partial value, and conditional writes give compare-and-swap — ``If-None-Match: *`` to
+create a key only if absent, ``If-Match: <etag>`` to replace it only if unchanged. The
+version token is the ETag.
+
+A server that silently ignores those headers would turn every CAS into a blind overwrite
+(lost updates). So before its first conditional write each `S3Backend` probes the server
+under ``<prefix>/.epochal-probe/``; if a conditional write that must fail succeeds, every
+conditional write raises `StoreConfigError` and nothing is written through it.
+Unconditional writes (`put`, used for content-addressed objects whose bytes are fixed by
+their key) stay safe on such a server; refs, reflog and control documents do not, and the
+store refuses to move them.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from snapshots_store.backends.base import Blob, KeyInfo, check_key
+from snapshots_store.errors import StoreConfigError, StoreError
+
+_CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
+_MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+PROBE_PREFIX = ".epochal-probe"
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+
+
+class S3Backend:
+    """Keys are objects ``<prefix>/<key>`` in one bucket."""
+
+    def __init__(
+        self,
+        *,
+        bucket: str,
+        prefix: str = "",
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        client: Any = None,
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        if self.prefix:
+            check_key(self.prefix)
+        query = f"?endpoint_url={endpoint_url}" if endpoint_url else ""
+        self.url = f"s3://{bucket}/{self.prefix}{query}"
+        self._client = client or boto3.client(
+            "s3",
+            endpoint_url=endpoint_url,
+            region_name=region or "us-east-1",
+            config=Config(
+                retries={"max_attempts": 5, "mode": "standard"},
+                s3={"addressing_style": "path"} if endpoint_url else None,
+            ),
+        )
+        self._probe_lock = threading.Lock()
+        self._conditional_ok: bool | None = None
+
+    def _full(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _rel(self, full: str) -> str:
+        return full[len(self.prefix) + 1 :] if self.prefix else full
+
+    def _fail(self, action: str, key: str, exc: Exception) -> StoreError:
+        return StoreError(
+            f"S3 {action} of s3://{self.bucket}/{key} failed: {exc}; check the endpoint, "
+            f"bucket and credentials, then retry"
+        )
+
+    # -- reads ---------------------------------------------------------------------------
+
+    def get(self, key: str) -> Blob | None:
+        full = self._full(key)
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=full)
+            data = response["Body"].read()
+        except ClientError as exc:
+            if _code(exc) in _MISSING_CODES:
+                return None
+            raise self._fail("GET", full, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("GET", full, exc) from exc
+        return Blob(data, str(response["ETag"]))
+
+    def stat(self, key: str) -> KeyInfo | None:
+        full = self._full(key)
+        try:
+            response = self._client.head_object(Bucket=self.bucket, Key=full)
+        except ClientError as exc:
+            if _code(exc) in _MISSING_CODES or _status(exc) == 404:
+                return None
+            raise self._fail("HEAD", full, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("HEAD", full, exc) from exc
+        return KeyInfo(key, int(response["ContentLength"]), _utc(response["LastModified"]))
+
+    def list(self, prefix: str) -> Iterator[KeyInfo]:
+        full_prefix = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        paginator = self._client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix):
+                for item in page.get("Contents", []):
+                    key = self._rel(item["Key"])
+                    yield KeyInfo(key, int(item["Size"]), _utc(item["LastModified"]))
+        except ClientError as exc:
+            if _code(exc) == "NoSuchBucket":
+                raise StoreConfigError(
+                    f"bucket {self.bucket!r} does not exist; create it or fix STORE_URL"
+                ) from exc
+            raise self._fail("LIST", full_prefix, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("LIST", full_prefix, exc) from exc
+
+    def list_partial(self, prefix: str) -> Iterator[KeyInfo]:
+        """Always empty: an S3 PUT is all-or-nothing (single-part uploads only)."""
+        return iter(())
+
+    # -- writes --------------------------------------------------------------------------
+
+    def _put(self, key: str, data: bytes, **conditions: str) -> str | None:
+        full = self._full(key)
+        try:
+            response = self._client.put_object(
+                Bucket=self.bucket, Key=full, Body=data, **conditions
+            )
+        except ClientError as exc:
+            if conditions and (_code(exc) in _CONFLICT_CODES or _status(exc) in (409, 412)):
+                return None
+            if conditions.get("IfMatch") and (_code(exc) in _MISSING_CODES or _status(exc) == 404):
+                return None
+            if _code(exc) == "NoSuchBucket":
+                raise StoreConfigError(
+                    f"bucket {self.bucket!r} does not exist; create it or fix STORE_URL"
+                ) from exc
+            raise self._fail("PUT", full, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("PUT", full, exc) from exc
+        return str(response["ETag"])
+
+    def put(self, key: str, data: bytes) -> str:
+        version = self._put(key, data)
+        assert version is not None
+        return version
+
+    def put_if_absent(self, key: str, data: bytes) -> str | None:
+        self._require_conditional_writes()
+        return self._put(key, data, IfNoneMatch="*")
+
+    def put_if_match(self, key: str, data: bytes, version: str) -> str | None:
+        self._require_conditional_writes()
+        return self._put(key, data, IfMatch=version)
+
+    def delete(self, key: str) -> None:
+        full = self._full(key)
+        try:
+            self._client.delete_object(Bucket=self.bucket, Key=full)
+        except ClientError as exc:
+            if _code(exc) in _MISSING_CODES:
+                return
+            raise self._fail("DELETE", full, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("DELETE", full, exc) from exc
+
+    # -- capability probe ----------------------------------------------------------------
+
+    def _require_conditional_writes(self) -> None:
+        with self._probe_lock:
+            if self._conditional_ok is None:
+                self._conditional_ok = self._probe()
+        if not self._conditional_ok:
+            raise StoreConfigError(
+                f"the S3 server behind {self.url} ignores conditional writes (If-None-Match / "
+                f"If-Match); refs cannot be moved safely there. Use AWS S3, a recent MinIO or "
+                f"another server that supports them"
+            )
+
+    def _probe(self) -> bool:
+        """True when the server rejects a create over an existing key and a stale If-Match."""
+        key = f"{PROBE_PREFIX}/{uuid.uuid4().hex}"
+        try:
+            first = self._put(key, b"1", IfNoneMatch="*")
+            if first is None:
+                return False
+            if self._put(key, b"2", IfNoneMatch="*") is not None:
+                return False
+            stale = '"00000000000000000000000000000000"'
+            return self._put(key, b"3", IfMatch=stale) is None
+        finally:
+            self.delete(key)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
