@@ -1,0 +1,312 @@
+"""Command line: inspect and maintain a store.
+
+    python -m snapshots_store --store URL --namespace NS [--json] COMMAND ...
+
+Exit status: 0 success, 1 store error (message on stderr), 2 bad usage, 3 fsck problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, TextIO
+
+from snapshots_store.diff import KeyGroupChange, SnapshotDiff
+from snapshots_store.errors import StoreError
+from snapshots_store.manifest import Manifest
+from snapshots_store.repository import DEFAULT_GRACE, DEFAULT_RETENTION, Repository
+
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_FSCK_PROBLEMS = 3
+_DURATION = re.compile(r"(\d+)([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``0``, ``90s``, ``15m``, ``12h``, ``7d``, ``2w`` or combinations like ``1d12h``."""
+    if text == "0":
+        return timedelta(0)
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration like 30m, 12h, 7d or 1d12h")
+    return sum((timedelta(**{_UNITS[u]: int(n)}) for n, u in parts), timedelta(0))
+
+
+def _format_duration(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    if seconds % 86400 == 0:
+        return f"{seconds // 86400}d"
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    return f"{seconds}s"
+
+
+def _size(value: int | None) -> str:
+    if value is None:
+        return "missing"
+    if value < 1024:
+        return f"{value} B"
+    amount = float(value)
+    for unit in ("KiB", "MiB", "GiB"):
+        amount /= 1024
+        if amount < 1024:
+            break
+    return f"{amount:.1f} {unit}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m snapshots_store",
+        description="Inspect and maintain an Epochal snapshot store.",
+        epilog="Exit status: 0 ok, 1 store error, 2 bad usage, 3 fsck found problems.",
+    )
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("STORE_URL"),
+        help="store URL: file://path or s3://bucket/prefix?endpoint_url=… (default: $STORE_URL)",
+    )
+    parser.add_argument("--namespace", required=True, help="application namespace")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    log = sub.add_parser("log", help="history of a revision, newest first")
+    log.add_argument("rev", nargs="?", default="main", help="revision (default: main)")
+    log.add_argument("--first-parent", action="store_true", help="follow first parents only")
+    log.add_argument("-n", "--limit", type=int, default=None, help="show at most N snapshots")
+
+    show = sub.add_parser("show", help="one snapshot's manifest")
+    show.add_argument("rev")
+
+    diff = sub.add_parser("diff", help="key groups and offsets changed from A to B")
+    diff.add_argument("a")
+    diff.add_argument("b")
+
+    refs = sub.add_parser("refs", help="branches and tags")
+    refs.add_argument("prefix", nargs="?", default="", help="e.g. heads/ or tags/")
+
+    reflog = sub.add_parser("reflog", help="every move of a ref, oldest first")
+    reflog.add_argument("ref", help="heads/<branch>, tags/<tag> or a branch name")
+
+    resolve = sub.add_parser("resolve", help="print the snapshot id a revision names")
+    resolve.add_argument("rev")
+
+    gc = sub.add_parser("gc", help="remove unreachable objects")
+    gc.add_argument(
+        "--retention",
+        type=parse_duration,
+        default=DEFAULT_RETENTION,
+        help=f"reflog entries younger than this keep snapshots alive "
+        f"(default {_format_duration(DEFAULT_RETENTION)})",
+    )
+    gc.add_argument(
+        "--grace",
+        type=parse_duration,
+        default=DEFAULT_GRACE,
+        help=f"never remove objects younger than this, e.g. of in-flight commits "
+        f"(default {_format_duration(DEFAULT_GRACE)})",
+    )
+    gc.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")
+
+    sub.add_parser("fsck", help="verify every reachable object and every reflog")
+    return parser
+
+
+class _Output:
+    def __init__(self, stream: TextIO, as_json: bool) -> None:
+        self.stream = stream
+        self.as_json = as_json
+
+    def json(self, value: Any) -> None:
+        self.stream.write(json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+    def line(self, text: str = "") -> None:
+        self.stream.write(text + "\n")
+
+
+def _decorations(repo: Repository) -> dict[str, list[str]]:
+    names: dict[str, list[str]] = {}
+    for name, value in repo.list_refs().items():
+        names.setdefault(value.target, []).append(name)
+    return names
+
+
+def _manifest_json(snapshot_id: str, manifest: Manifest) -> dict[str, Any]:
+    return {"id": snapshot_id, **manifest.to_dict()}
+
+
+def _cmd_log(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
+    entries = list(repo.log(args.rev, first_parent=args.first_parent, limit=args.limit))
+    if out.as_json:
+        out.json([_manifest_json(sid, m) for sid, m in entries])
+        return 0
+    refs = _decorations(repo)
+    for sid, m in entries:
+        where = f"  ({', '.join(refs[sid])})" if sid in refs else ""
+        merge = f"  merge of {len(m.parents)}" if len(m.parents) > 1 else ""
+        out.line(
+            f"{sid[:12]}  epoch {m.epoch:<6} {m.kind:<9} {m.created_at}  "
+            f"p={m.parallelism}/{m.max_parallelism}  {m.branch}{merge}{where}"
+        )
+    return 0
+
+
+def _cmd_show(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
+    sid = repo.resolve(args.rev)
+    m = repo.read_manifest(sid)
+    if out.as_json:
+        out.json(_manifest_json(sid, m))
+        return 0
+    out.line(f"snapshot     {sid}")
+    for parent in m.parents:
+        out.line(f"parent       {parent}")
+    out.line(f"branch       {m.branch}")
+    out.line(f"kind         {m.kind}   operation {m.operation_id or '-'}")
+    out.line(f"epoch        {m.epoch}   created {m.created_at}")
+    out.line(f"parallelism  {m.parallelism} of max {m.max_parallelism}")
+    out.line(f"code         {m.code_version or '-'}   config {m.config_hash or '-'}")
+    chunks = sum(len(c) for c in m.key_groups.values())
+    out.line(f"key groups   {len(m.key_groups)} with state ({chunks} chunks)")
+    out.line(f"outputs      {len(m.outputs)}")
+    for source, parts in sorted(m.offsets.items()):
+        shown = ", ".join(f"{p}:{o}" for p, o in sorted(parts.items()))
+        out.line(f"offsets      {source}  {shown}")
+    for name, value in sorted(m.stats.items()):
+        out.line(f"stat         {name} = {value}")
+    for name, value in sorted(m.provenance.items()):
+        out.line(f"provenance   {name} = {value}")
+    return 0
+
+
+def _change_line(sign: str, change: KeyGroupChange) -> str:
+    if sign == "~":
+        sizes = f"{_size(change.old_size)} -> {_size(change.new_size)}"
+    else:
+        sizes = _size(change.new_size if sign == "+" else change.old_size)
+    return f"  {sign} key group {change.key_group:<6} {sizes}"
+
+
+def _cmd_diff(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
+    d: SnapshotDiff = repo.diff(args.a, args.b)
+    if out.as_json:
+        out.json(d.to_dict())
+        return 0
+    out.line(f"diff {d.old[:12]}..{d.new[:12]}")
+    out.line(
+        f"key groups: {len(d.added)} added, {len(d.changed)} changed, {len(d.removed)} removed"
+    )
+    for sign, group in (("+", d.added), ("~", d.changed), ("-", d.removed)):
+        for change in group:
+            out.line(_change_line(sign, change))
+    if d.offsets:
+        out.line("offsets:")
+        for o in d.offsets:
+            before = "-" if o.old is None else str(o.old)
+            after = "-" if o.new is None else str(o.new)
+            out.line(f"  {o.source}/{o.partition}  {before} -> {after}  ({o.advanced:+d})")
+    if d.parallelism[0] != d.parallelism[1]:
+        out.line(f"parallelism {d.parallelism[0]} -> {d.parallelism[1]}")
+    if d.max_parallelism[0] != d.max_parallelism[1]:
+        out.line(f"max parallelism {d.max_parallelism[0]} -> {d.max_parallelism[1]}")
+    out.line(f"outputs: {len(d.outputs_added)} added, {len(d.outputs_removed)} removed")
+    return 0
+
+
+def _cmd_refs(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
+    refs = repo.list_refs(args.prefix)
+    if out.as_json:
+        out.json({name: {"target": v.target, "seq": v.seq} for name, v in refs.items()})
+        return 0
+    width = max((len(name) for name in refs), default=0)
+    for name, value in refs.items():
+        out.line(f"{name:<{width}}  {value.target}  (moved {value.seq}x)")
+    return 0
+
+
+def _cmd_reflog(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
+    name = args.ref if args.ref.startswith(("heads/", "tags/", "refs/")) else f"heads/{args.ref}"
+    entries = repo.reflog(name)
+    if out.as_json:
+        out.json([e.to_dict() for e in entries])
+        return 0
+    for e in entries:
+        old = "-" * 12 if e.old is None else e.old[:12]
+        new = "(deleted)" if e.new is None else e.new[:12]
+        op = f"  [{e.operation_id}]" if e.operation_id else ""
+        out.line(f"{e.seq:>6}  {e.at}  {old} -> {new}  {e.reason}{op}")
+    return 0
+
+
+def _cmd_resolve(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
+    sid = repo.resolve(args.rev)
+    if out.as_json:
+        out.json({"rev": args.rev, "id": sid})
+    else:
+        out.line(sid)
+    return 0
+
+
+def _cmd_gc(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
+    report = repo.gc(retention=args.retention, grace=args.grace, dry_run=args.dry_run)
+    if out.as_json:
+        out.json(report.to_dict())
+        return 0
+    verb = "would remove" if report.dry_run else "removed"
+    for item in report.removed:
+        label = item.object_id or item.key
+        out.line(f"{verb:>12}  {label}  {_size(item.size)}  ({item.reason})")
+    out.line(
+        f"gc: {report.roots} roots, {report.reachable_objects} reachable objects kept, "
+        f"{report.kept_young} unreachable but younger than the grace period kept, "
+        f"{verb} {len(report.removed)} ({_size(report.removed_bytes)})"
+    )
+    return 0
+
+
+def _cmd_fsck(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
+    report = repo.fsck()
+    if out.as_json:
+        out.json(report.to_dict())
+    else:
+        for problem in report.problems:
+            out.line(f"{problem.kind}: {problem.message}")
+        status = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+        out.line(
+            f"fsck: {status}; checked {report.refs_checked} refs, "
+            f"{report.snapshots_checked} snapshots, {report.objects_checked} objects"
+        )
+    return 0 if report.ok else EXIT_FSCK_PROBLEMS
+
+
+_COMMANDS = {
+    "log": _cmd_log,
+    "show": _cmd_show,
+    "diff": _cmd_diff,
+    "refs": _cmd_refs,
+    "reflog": _cmd_reflog,
+    "resolve": _cmd_resolve,
+    "gc": _cmd_gc,
+    "fsck": _cmd_fsck,
+}
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = _Output(stdout or sys.stdout, args.json)
+    if not args.store:
+        parser.error("no store: pass --store URL or set STORE_URL")
+    try:
+        repo = Repository.open(args.store, args.namespace)
+        return _COMMANDS[args.command](repo, args, out)
+    except StoreError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_ERROR
+    except BrokenPipeError:
+        return 0
