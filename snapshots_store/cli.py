@@ -52,11 +52,12 @@ def _size(value: int | None) -> str:
         return "missing"
     if value < 1024:
         return f"{value} B"
-    amount = float(value)
-    for unit in ("KiB", "MiB", "GiB"):
-        amount /= 1024
+    amount = value / 1024
+    unit = "KiB"
+    for bigger in ("MiB", "GiB"):
         if amount < 1024:
             break
+        amount, unit = amount / 1024, bigger
     return f"{amount:.1f} {unit}"
 
 
@@ -176,10 +177,10 @@ def _cmd_show(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
     for source, parts in sorted(m.offsets.items()):
         shown = ", ".join(f"{p}:{o}" for p, o in sorted(parts.items()))
         out.line(f"offsets      {source}  {shown}")
-    for name, value in sorted(m.stats.items()):
-        out.line(f"stat         {name} = {value}")
-    for name, value in sorted(m.provenance.items()):
-        out.line(f"provenance   {name} = {value}")
+    for name, number in sorted(m.stats.items()):
+        out.line(f"stat         {name} = {number}")
+    for name, text in sorted(m.provenance.items()):
+        out.line(f"provenance   {name} = {text}")
     return 0
 
 
