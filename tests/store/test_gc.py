@@ -1,0 +1,160 @@
+"""gc: reachability from refs, tags and recent reflog entries; grace period; dry run."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from snapshots_store import Repository, StoreError
+from snapshots_store.objects import object_key
+
+from .helpers import commit_chain, listing, manifest
+
+
+class Clock:
+    """A settable clock for the repository (reflog times, gc's notion of now)."""
+
+    def __init__(self) -> None:
+        self.now = datetime.now(UTC)
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+def _objects_of(repo: Repository, snapshot_id: str) -> set[str]:
+    m = repo.read_manifest(snapshot_id)
+    return {snapshot_id, *m.outputs, *(c for chunks in m.key_groups.values() for c in chunks)}
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def timed_repo(store_url: str, clock: Clock) -> Repository:
+    return Repository.open(store_url, "app", clock=clock)
+
+
+def test_rolled_back_commits_live_until_reflog_retention_expires(
+    timed_repo: Repository, clock: Clock
+) -> None:
+    repo = timed_repo
+    ids = commit_chain(repo, 4)
+    repo.cas_ref("heads/main", ids[3], ids[1], operation_id="rb", reason="rollback")
+    abandoned = _objects_of(repo, ids[2]) | _objects_of(repo, ids[3])
+    clock.now += timedelta(hours=12)
+    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    assert report.removed == ()
+    assert all(repo.has_object(o) for o in abandoned)
+    clock.now += timedelta(days=2)
+    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    assert {item.object_id for item in report.removed} == abandoned
+    assert not any(repo.has_object(o) for o in abandoned)
+    assert repo.fsck().ok
+    assert [sid for sid, _ in repo.log("main")] == [ids[1], ids[0]]
+
+
+def test_tags_protect_commits_beyond_retention(timed_repo: Repository, clock: Clock) -> None:
+    repo = timed_repo
+    ids = commit_chain(repo, 3)
+    repo.cas_ref("tags/savepoint-1", None, ids[2], reason="savepoint")
+    repo.cas_ref("heads/main", ids[2], ids[0], reason="rollback")
+    clock.now += timedelta(days=30)
+    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    assert report.removed == ()
+    assert repo.fsck().ok
+    assert repo.ancestors("tags/savepoint-1") == set(ids)
+
+
+def test_deleted_branch_is_kept_by_its_reflog_until_retention(
+    timed_repo: Repository, clock: Clock
+) -> None:
+    repo = timed_repo
+    base = commit_chain(repo, 1)[0]
+    fork = repo.commit(
+        manifest(branch="side", epoch=1, parents=(base,)),
+        "side",
+        expected_head=None,
+        reason="fork",
+    )
+    repo.delete_ref("heads/side", fork, operation_id="op-del", reason="delete branch")
+    assert repo.gc(retention=timedelta(days=1), grace=timedelta(0)).removed == ()
+    clock.now += timedelta(days=2)
+    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    assert [item.object_id for item in report.removed] == [fork]
+
+
+def test_grace_period_protects_young_unreachable_objects(
+    timed_repo: Repository, clock: Clock
+) -> None:
+    repo = timed_repo
+    commit_chain(repo, 2)
+    in_flight = repo.put_object("chunk", b"chunk of a commit not yet made")
+    report = repo.gc(retention=timedelta(0), grace=timedelta(hours=1))
+    assert report.removed == () and report.kept_young == 1
+    clock.now += timedelta(hours=2)
+    report = repo.gc(retention=timedelta(0), grace=timedelta(hours=1))
+    assert [item.object_id for item in report.removed] == [in_flight]
+
+
+def test_objects_written_after_gc_started_are_never_removed(repo: Repository) -> None:
+    commit_chain(repo, 1)
+    time.sleep(1.1)
+    late = repo.put_object("chunk", b"written after the gc clock started")
+    started = datetime.now(UTC) - timedelta(milliseconds=1)
+    repo_at_start = Repository(repo.backend, clock=lambda: started)
+    report = repo_at_start.gc(retention=timedelta(0), grace=timedelta(0))
+    assert report.removed == ()
+    assert repo.has_object(late)
+
+
+def test_dry_run_lists_with_sizes_and_removes_nothing(
+    timed_repo: Repository, clock: Clock, local_root: object
+) -> None:
+    repo = timed_repo
+    commit_chain(repo, 2)
+    junk = [repo.put_object("blob", bytes(200 + i)) for i in range(3)]
+    clock.now += timedelta(days=1)
+    before = listing(local_root)  # type: ignore[arg-type]
+    report = repo.gc(retention=timedelta(0), grace=timedelta(hours=1), dry_run=True)
+    assert report.dry_run
+    assert sorted(item.object_id for item in report.removed) == sorted(junk)  # type: ignore[type-var]
+    for item in report.removed:
+        info = repo.backend.stat(object_key(item.object_id))  # type: ignore[arg-type]
+        assert info is not None and item.size == info.size > 0
+    assert report.removed_bytes == sum(item.size for item in report.removed)
+    assert listing(local_root) == before  # type: ignore[arg-type]
+
+
+def test_gc_refuses_to_delete_when_a_reachable_manifest_is_missing(
+    timed_repo: Repository, clock: Clock, local_root: object
+) -> None:
+    repo = timed_repo
+    ids = commit_chain(repo, 3)
+    repo.put_object("chunk", b"junk")
+    repo.backend.delete(object_key(ids[1]))
+    clock.now += timedelta(days=1)
+    before = listing(local_root)  # type: ignore[arg-type]
+    cold = Repository(repo.backend, clock=clock)  # no manifests cached from the commits
+    with pytest.raises(StoreError, match=f"gc stopped before deleting anything.*{ids[1]}"):
+        cold.gc(retention=timedelta(0), grace=timedelta(0))
+    assert listing(local_root) == before  # type: ignore[arg-type]
+
+
+def test_gc_keeps_other_namespaces_alone(store_url: str, clock: Clock) -> None:
+    a = Repository.open(store_url, "app-a", clock=clock)
+    b = Repository.open(store_url, "app-b", clock=clock)
+    commit_chain(a, 2)
+    kept = commit_chain(b, 2)
+    clock.now += timedelta(days=10)
+    a.gc(retention=timedelta(0), grace=timedelta(0))
+    assert all(b.has_object(s) for s in kept)
+    assert b.fsck().ok
+
+
+def test_negative_durations_are_rejected(repo: Repository) -> None:
+    with pytest.raises(ValueError):
+        repo.gc(retention=timedelta(seconds=-1), grace=timedelta(0))
