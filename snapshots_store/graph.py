@@ -55,24 +55,34 @@ def ancestors(load: Loader, starts: Iterable[str]) -> set[str]:
 def topo_log(load: Loader, start: str, limit: int | None = None) -> Iterator[tuple[str, Manifest]]:
     """All ancestors of `start`, every child before its parents, newest first among the ready.
 
-    A snapshot is emitted only after all of its children within the history of `start`.
+    Exact topological order needs the whole history of `start` first (one manifest read per
+    snapshot); use `first_parent_log` when a cheap streaming walk is enough.
     """
-    members = ancestors(load, [start])
-    pending_children = dict.fromkeys(members, 0)
-    for member in members:
-        for parent in set(load(member).parents):
-            pending_children[parent] += 1
-    ready = [(age_key(start, load(start)), start)]
+    parents: dict[str, tuple[str, ...]] = {}
+    keys: dict[str, tuple[int, str]] = {}
+    pending_children: dict[str, int] = {}
+    stack = [start]
+    while stack:
+        current = stack.pop()
+        if current in parents:
+            continue
+        manifest = load(current)
+        parents[current] = manifest.parents
+        keys[current] = age_key(current, manifest)
+        for parent in manifest.parents:
+            pending_children[parent] = pending_children.get(parent, 0) + 1
+            if parent not in parents:
+                stack.append(parent)
+    ready = [(keys[start], start)]
     emitted = 0
     while ready and (limit is None or emitted < limit):
         _, current = heapq.heappop(ready)
-        manifest = load(current)
-        yield current, manifest
+        yield current, load(current)
         emitted += 1
-        for parent in set(manifest.parents):
+        for parent in parents[current]:
             pending_children[parent] -= 1
             if pending_children[parent] == 0:
-                heapq.heappush(ready, (age_key(parent, load(parent)), parent))
+                heapq.heappush(ready, (keys[parent], parent))
 
 
 def log(

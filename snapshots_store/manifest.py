@@ -60,6 +60,9 @@ class Manifest:
     def __post_init__(self) -> None:
         _validate(self)
 
+    def __hash__(self) -> int:
+        return hash(self.to_bytes())
+
     # -- encoding ------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, JSON]:

@@ -126,11 +126,9 @@ class ObjectStore:
         info = self.backend.stat(key)
         if info is not None and datetime.now(UTC) - info.mtime < REFRESH_AFTER:
             return oid
-        data = encode(kind, payload, level=self.compression_level)
-        if info is None:
-            self.backend.put_if_absent(key, data)
-        else:
-            self.backend.put(key, data)  # same content; refreshes the mtime gc looks at
+        # Unconditional: a key's bytes are fixed by its content, so racing writers write the
+        # same value; rewriting an old object refreshes the mtime gc's grace period looks at.
+        self.backend.put(key, encode(kind, payload, level=self.compression_level))
         return oid
 
     def get(self, oid: str, *, context: str = "") -> tuple[str, bytes]:

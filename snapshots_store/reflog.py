@@ -77,14 +77,17 @@ def persist_entry(backend: Backend, ref_name: str, entry: ReflogEntry) -> None:
     backend.put_if_absent(entry_key(ref_name, entry.seq), entry.to_bytes())
 
 
-def read_logged(backend: Backend, ref_name: str) -> dict[int, ReflogEntry]:
-    """Entries persisted under ``logs/`` for one ref (not those of refs nested below it)."""
+def read_logged(backend: Backend, ref_name: str, first_seq: int = 1) -> dict[int, ReflogEntry]:
+    """Entries numbered >= `first_seq` persisted under ``logs/`` for one ref (not those of
+    refs nested below it)."""
     prefix = f"{LOGS_PREFIX}{ref_name}/"
     entries: dict[int, ReflogEntry] = {}
     for info in backend.list(prefix):
         leaf = info.key[len(prefix) :]
         if len(leaf) != _SEQ_WIDTH or not leaf.isdigit():
             continue  # a nested ref's log (ref `a/b` below ref `a`)
+        if int(leaf) < first_seq:
+            continue
         blob = backend.get(info.key)
         if blob is None:
             continue
@@ -100,12 +103,12 @@ def read_logged(backend: Backend, ref_name: str) -> dict[int, ReflogEntry]:
 
 
 def assemble(
-    logged: dict[int, ReflogEntry], current: ReflogEntry | None
+    logged: dict[int, ReflogEntry], current: ReflogEntry | None, first_seq: int = 1
 ) -> tuple[list[ReflogEntry], list[int]]:
-    """Entries 1..current.seq oldest first, and the sequence numbers that are missing."""
+    """Entries first_seq..current.seq oldest first, and the sequence numbers that are missing."""
     if current is None:
         return [logged[s] for s in sorted(logged)], []
-    merged = {s: e for s, e in logged.items() if s < current.seq}
+    merged = {s: e for s, e in logged.items() if first_seq <= s < current.seq}
     merged[current.seq] = current
-    missing = [s for s in range(1, current.seq + 1) if s not in merged]
+    missing = [s for s in range(first_seq, current.seq + 1) if s not in merged]
     return [merged[s] for s in sorted(merged)], missing

@@ -9,6 +9,7 @@ points at a verified manifest; a commit's parents exist before it is written).
 from __future__ import annotations
 
 import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -23,6 +24,7 @@ from snapshots_store.errors import (
     InvalidNameError,
     MalformedManifestError,
     ObjectNotFoundError,
+    RefConflictError,
     RefNotFoundError,
     StoreError,
     UnknownRevisionError,
@@ -57,12 +59,15 @@ class Repository:
         self.control = ControlStore(backend)
         self._clock = clock or (lambda: datetime.now(UTC))
         self._manifests: OrderedDict[str, Manifest] = OrderedDict()
+        self._cache_lock = threading.Lock()
 
     @classmethod
-    def open(cls, url: str, namespace: str, **kwargs: Any) -> Repository:
+    def open(
+        cls, url: str, namespace: str, *, clock: Callable[[], datetime] | None = None
+    ) -> Repository:
         """The repository of `namespace` in the store at `url`; creates nothing until a write."""
         check_namespace(namespace)
-        return cls(PrefixedBackend(open_backend(url), namespace), **kwargs)
+        return cls(PrefixedBackend(open_backend(url), namespace), clock=clock)
 
     def __repr__(self) -> str:
         return f"Repository({self.backend.url!r})"
@@ -101,10 +106,11 @@ class Repository:
     def read_manifest(self, snapshot_id: str) -> Manifest:
         """The manifest with that id (verified, cached: manifests are immutable)."""
         check_object_id(snapshot_id)
-        cached = self._manifests.get(snapshot_id)
-        if cached is not None:
-            self._manifests.move_to_end(snapshot_id)
-            return cached
+        with self._cache_lock:
+            cached = self._manifests.get(snapshot_id)
+            if cached is not None:
+                self._manifests.move_to_end(snapshot_id)
+                return cached
         kind, payload = self.objects.get(snapshot_id, context="manifest")
         if kind != "manifest":
             raise MalformedManifestError(
@@ -115,10 +121,11 @@ class Repository:
         return manifest
 
     def _remember(self, oid: str, manifest: Manifest) -> None:
-        self._manifests[oid] = manifest
-        self._manifests.move_to_end(oid)
-        while len(self._manifests) > _MANIFEST_CACHE_SIZE:
-            self._manifests.popitem(last=False)
+        with self._cache_lock:
+            self._manifests[oid] = manifest
+            self._manifests.move_to_end(oid)
+            while len(self._manifests) > _MANIFEST_CACHE_SIZE:
+                self._manifests.popitem(last=False)
 
     # -- refs ------------------------------------------------------------------------------
 
@@ -165,14 +172,24 @@ class Repository:
         """Live refs by full name (``heads/main`` …) whose name starts with `prefix`."""
         return self.refs.list(prefix)
 
-    def reflog(self, name: str) -> list[ReflogEntry]:
-        """Every move of `name`, oldest first; RefNotFoundError when it never existed."""
+    def reflog(self, name: str, *, limit: int | None = None) -> list[ReflogEntry]:
+        """Every move of `name` (only the latest `limit` if given), oldest first.
+
+        RefNotFoundError when the ref never existed; entries of a deleted ref stay readable.
+        """
         name = check_ref_name(name)
+        if limit is not None and limit < 0:
+            raise ValueError("limit must be >= 0")
         current = self.refs.read_document(name)  # first the ref, then the log: see reflog.py
-        logged = read_logged(self.backend, name)
+        first = 1
+        if limit is not None and current is not None:
+            first = max(1, current.seq - limit + 1)
+        logged = read_logged(self.backend, name, first_seq=first)
         if current is None and not logged:
             raise RefNotFoundError(name)
-        entries, missing = assemble(logged, None if current is None else current.entry)
+        entries, missing = assemble(logged, None if current is None else current.entry, first)
+        if limit is not None:
+            entries = entries[len(entries) - limit :] if limit else []
         if missing:
             raise StoreError(
                 f"reflog of {name} lacks entries {missing[:5]}; the store is damaged: run fsck"
@@ -191,7 +208,9 @@ class Repository:
         """Write `manifest`, then CAS ``heads/<branch>`` from `expected_head` to it.
 
         The CAS is the commit point: a crash before it leaves only unreferenced objects.
-        Parents must already be stored. Returns the new snapshot id.
+        Parents must already be stored. Returns the new snapshot id. Idempotent: when the
+        branch already points at this very manifest (a retry after a commit whose CAS
+        succeeded), the id is returned and nothing is written to the reflog.
         """
         check_branch_name(branch)
         if expected_head is not None:
@@ -206,14 +225,18 @@ class Repository:
             if not self.has_object(parent):
                 raise ObjectNotFoundError(parent, "parent of the manifest being committed")
         snapshot_id = self.write_manifest(manifest)
-        self.refs.cas(
-            f"heads/{branch}",
-            expected_head,
-            snapshot_id,
-            operation_id=operation_id,
-            reason=reason,
-            at=self._stamp(),
-        )
+        try:
+            self.refs.cas(
+                f"heads/{branch}",
+                expected_head,
+                snapshot_id,
+                operation_id=operation_id,
+                reason=reason,
+                at=self._stamp(),
+            )
+        except RefConflictError as exc:
+            if exc.actual != snapshot_id:
+                raise
         return snapshot_id
 
     def _stamp(self) -> str:

@@ -15,6 +15,7 @@ import fcntl
 import hashlib
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -180,7 +181,7 @@ class LocalBackend:
             result = os.stat(self._path(key))
         except (FileNotFoundError, NotADirectoryError):
             return None
-        if not os.path.isfile(self._path(key)):
+        if not stat.S_ISREG(result.st_mode):
             return None
         return KeyInfo(key, result.st_size, datetime.fromtimestamp(result.st_mtime, UTC))
 

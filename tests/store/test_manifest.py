@@ -128,3 +128,10 @@ def test_stored_malformed_manifest_raises_on_read(repo: Repository) -> None:
     with pytest.raises(MalformedManifestError) as excinfo:
         repo.read_manifest(oid)
     assert excinfo.value.snapshot_id == oid
+
+
+def test_manifests_are_hashable_by_content() -> None:
+    a = manifest(key_groups={1: [CHUNK]})
+    b = manifest(key_groups={1: (CHUNK,)})
+    assert a == b and hash(a) == hash(b)
+    assert len({a, b, manifest(epoch=2)}) == 2

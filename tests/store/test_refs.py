@@ -224,3 +224,19 @@ def test_control_document_cas(repo: Repository) -> None:
     v3 = repo.write_control("main", {"parallelism": 4}, v2)
     assert v3 not in (v1, v2)  # same content as v1, still a new version (no ABA)
     assert repo.read_control("main") == ({"parallelism": 4}, v3)
+
+
+def test_commit_retry_after_a_successful_cas_is_idempotent(repo: Repository) -> None:
+    a = commit_chain(repo, 1)[0]
+    m = manifest(epoch=1, parents=(a,))
+    first = repo.commit(m, "main", expected_head=a, reason="epoch 1")
+    again = repo.commit(m, "main", expected_head=a, reason="epoch 1 (retry)")
+    assert again == first
+    assert [e.new for e in repo.reflog("heads/main")] == [a, first]
+
+
+def test_reflog_limit_returns_the_latest_entries(repo: Repository) -> None:
+    ids = commit_chain(repo, 6)
+    assert [e.new for e in repo.reflog("heads/main", limit=2)] == ids[-2:]
+    assert [e.seq for e in repo.reflog("heads/main", limit=10)] == [1, 2, 3, 4, 5, 6]
+    assert repo.reflog("heads/main", limit=0) == []
