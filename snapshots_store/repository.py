@@ -189,7 +189,7 @@ class Repository:
             raise RefNotFoundError(name)
         entries, missing = assemble(logged, None if current is None else current.entry, first)
         if limit is not None:
-            entries = entries[len(entries) - limit :] if limit else []
+            entries = entries[max(0, len(entries) - limit) :] if limit else []
         if missing:
             raise StoreError(
                 f"reflog of {name} lacks entries {missing[:5]}; the store is damaged: run fsck"
