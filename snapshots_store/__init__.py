@@ -3,7 +3,8 @@
 See docs/store-format.md for the format and the contract; `Repository` is the entry point.
 """
 
-from snapshots_store.backends import Backend, open_backend
+from snapshots_store.backends import Backend, PrefixedBackend, open_backend
+from snapshots_store.diff import KeyGroupChange, OffsetChange, SnapshotDiff
 from snapshots_store.errors import (
     ControlConflictError,
     CorruptObjectError,
@@ -16,6 +17,8 @@ from snapshots_store.errors import (
     StoreError,
     UnknownRevisionError,
 )
+from snapshots_store.fsck import FsckProblem, FsckReport
+from snapshots_store.gc import GcItem, GcReport
 from snapshots_store.manifest import Manifest
 from snapshots_store.reflog import ReflogEntry
 from snapshots_store.refs import RefValue
@@ -25,15 +28,23 @@ __all__ = [
     "Backend",
     "ControlConflictError",
     "CorruptObjectError",
+    "FsckProblem",
+    "FsckReport",
+    "GcItem",
+    "GcReport",
     "InvalidNameError",
+    "KeyGroupChange",
     "MalformedManifestError",
     "Manifest",
     "ObjectNotFoundError",
+    "OffsetChange",
+    "PrefixedBackend",
     "RefConflictError",
     "RefNotFoundError",
     "RefValue",
     "ReflogEntry",
     "Repository",
+    "SnapshotDiff",
     "StoreConfigError",
     "StoreError",
     "UnknownRevisionError",

@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     reflog = sub.add_parser("reflog", help="every move of a ref, oldest first")
     reflog.add_argument("ref", help="heads/<branch>, tags/<tag> or a branch name")
+    reflog.add_argument("-n", "--limit", type=int, default=None, help="only the latest N moves")
 
     resolve = sub.add_parser("resolve", help="print the snapshot id a revision names")
     resolve.add_argument("rev")
@@ -231,7 +232,7 @@ def _cmd_refs(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
 
 def _cmd_reflog(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
     name = args.ref if args.ref.startswith(("heads/", "tags/", "refs/")) else f"heads/{args.ref}"
-    entries = repo.reflog(name)
+    entries = repo.reflog(name, limit=args.limit)
     if out.as_json:
         out.json([e.to_dict() for e in entries])
         return 0
