@@ -105,7 +105,7 @@ class _Checker:
         if problem is None:
             if detail == expected_kind:
                 return None, ""
-            problem, detail = "wrong-kind", f"is a {detail} object, expected a {expected_kind}"
+            problem, detail = "wrong-kind", f"is of kind {detail}, expected {expected_kind}"
         first = (oid, problem) not in self.reported
         self.reported.add((oid, problem))
         return problem, detail if first else ""

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from snapshots_store import Repository
+from snapshots_store import GcReport, Repository
 from snapshots_store.objects import id_from_key
 
 from .helpers import commit_chain
@@ -43,7 +43,7 @@ def _assert_head_is_sound(repo: Repository) -> None:
         repo.get_object(output)
 
 
-def _collect_and_check(repo: Repository) -> None:
+def _collect_and_check(repo: Repository) -> GcReport:
     time.sleep(1.1)  # older than the grace period, given one-second mtime resolution
     report = repo.gc(retention=timedelta(0), grace=timedelta(0), dry_run=False)
     assert repo.fsck().ok, repo.fsck().problems
@@ -58,6 +58,7 @@ def _collect_and_check(repo: Repository) -> None:
     assert stored == reachable
     assert list(repo.backend.list_partial("")) == []
     assert not {item.object_id for item in report.removed} & reachable
+    return report
 
 
 def test_writer_killed_at_random_points_never_breaks_the_head(any_url: str) -> None:
@@ -75,7 +76,8 @@ def test_writer_killed_at_random_points_never_breaks_the_head(any_url: str) -> N
     assert committed > 0, "the writer never committed; the test did not exercise anything"
     history = [sid for sid, _ in repo.log("main", first_parent=True)]
     assert [e.new for e in repo.reflog("heads/main")] == history[::-1]
-    _collect_and_check(repo)
+    report = _collect_and_check(repo)
+    assert report.removed, "no kill left debris; the kills did not land mid-commit"
 
 
 def test_kill_between_object_write_and_ref_cas(any_url: str) -> None:

@@ -162,3 +162,13 @@ def test_reading_corrupt_object_never_returns_wrong_bytes(any_repo: Repository) 
     flip_chunk_byte(any_repo, h)
     with pytest.raises(CorruptObjectError, match=h["chunk"]):
         any_repo.get_object(h["chunk"])
+
+
+def test_output_listed_as_chunk_is_a_wrong_kind(repo: Repository) -> None:
+    output = repo.put_object("output", b"rows")
+    sid = repo.commit(manifest(key_groups={4: [output]}), "main", expected_head=None, reason="x")
+    problems = repo.fsck().problems
+    assert [(p.kind, p.snapshot_id, p.key_group, p.object_id) for p in problems] == [
+        ("wrong-kind", sid, 4, output)
+    ]
+    assert "is of kind output, expected chunk" in problems[0].message

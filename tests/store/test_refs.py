@@ -14,6 +14,7 @@ from snapshots_store import (
     Repository,
     UnknownRevisionError,
 )
+from snapshots_store.backends import Backend, PrefixedBackend, open_backend
 from snapshots_store.names import check_branch_name
 
 from .helpers import commit_chain, listing, manifest
@@ -240,3 +241,57 @@ def test_reflog_limit_returns_the_latest_entries(repo: Repository) -> None:
     assert [e.new for e in repo.reflog("heads/main", limit=2)] == ids[-2:]
     assert [e.seq for e in repo.reflog("heads/main", limit=10)] == [1, 2, 3, 4, 5, 6]
     assert repo.reflog("heads/main", limit=0) == []
+
+
+class _LostResponseBackend(PrefixedBackend):
+    """Performs conditional writes but reports them as lost races once, like a retried
+    request whose first attempt succeeded but whose response never arrived."""
+
+    def __init__(self, inner: Backend, prefix: str) -> None:
+        super().__init__(inner, prefix)
+        self.lie_next = False
+
+    def put_if_match(self, key: str, data: bytes, version: str) -> str | None:
+        written = super().put_if_match(key, data, version)
+        if self.lie_next and key.startswith("refs/"):
+            self.lie_next = False
+            return None
+        return written
+
+
+def test_cas_whose_response_was_lost_is_recognised_as_own_write(store_url: str) -> None:
+    backend = _LostResponseBackend(open_backend(store_url), "app")
+    repo = Repository(backend)
+    a, b = commit_chain(repo, 2)
+    backend.lie_next = True
+    m = manifest(epoch=5, parents=(b,))
+    c = repo.commit(m, "main", expected_head=b, reason="after a lost response")
+    assert repo.read_ref("heads/main").target == c  # type: ignore[union-attr]
+    assert [e.new for e in repo.reflog("heads/main")] == [a, b, c]
+
+
+def test_threads_sharing_one_repository_lose_no_update(repo: Repository) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(worker: int) -> int:
+        done = conflicts = 0
+        while done < 10:
+            head = repo.read_ref("heads/main")
+            target = None if head is None else head.target
+            chunk = repo.put_object("chunk", f"{worker}-{done}".encode())
+            m = manifest(
+                epoch=0 if target is None else repo.read_manifest(target).epoch + 1,
+                parents=(target,) if target else (),
+                key_groups={worker: [chunk]},
+            )
+            try:
+                repo.commit(m, "main", expected_head=target, reason=f"t{worker}")
+                done += 1
+            except RefConflictError:
+                conflicts += 1
+        return conflicts
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(work, range(4)))
+    assert len(list(repo.log("main", first_parent=True))) == 40
+    assert [e.seq for e in repo.reflog("heads/main")] == list(range(1, 41))
