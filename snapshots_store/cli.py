@@ -262,6 +262,10 @@ def _cmd_gc(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
     for item in report.removed:
         label = item.object_id or item.key
         out.line(f"{verb:>12}  {label}  {_size(item.size)}  ({item.reason})")
+    if report.reflog_roots_gone:
+        out.line(
+            f"note: {report.reflog_roots_gone} snapshot(s) named by the reflog were removed earlier"
+        )
     out.line(
         f"gc: {report.roots} roots, {report.reachable_objects} reachable objects kept, "
         f"{report.kept_young} unreachable but younger than the grace period kept, "

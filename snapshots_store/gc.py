@@ -57,6 +57,7 @@ class GcReport:
     dry_run: bool
     started_at: datetime
     roots: int
+    reflog_roots_gone: int
     reachable_objects: int
     kept_young: int
     removed: tuple[GcItem, ...]
@@ -70,6 +71,7 @@ class GcReport:
             "dry_run": self.dry_run,
             "started_at": format_timestamp(self.started_at),
             "roots": self.roots,
+            "reflog_roots_gone": self.reflog_roots_gone,
             "reachable_objects": self.reachable_objects,
             "kept_young": self.kept_young,
             "removed_bytes": self.removed_bytes,
@@ -77,17 +79,18 @@ class GcReport:
         }
 
 
-def find_roots(repo: Repository, cutoff: datetime) -> set[str]:
-    """Live ref targets plus snapshots named by reflog entries made at or after `cutoff`."""
-    roots: set[str] = set()
+def find_roots(repo: Repository, cutoff: datetime) -> tuple[set[str], set[str]]:
+    """(live ref targets, snapshots named by reflog entries made at or after `cutoff`)."""
+    live: set[str] = set()
+    logged_roots: set[str] = set()
     logged: dict[str, list[str]] = {}
     for info in repo.backend.list(LOGS_PREFIX):
         ref_name = info.key[len(LOGS_PREFIX) :].rpartition("/")[0]
         logged.setdefault(ref_name, []).append(info.key)
     for doc in repo.refs.list_documents():
         if doc.target is not None:
-            roots.add(doc.target)
-        _add_entry(roots, doc.entry, cutoff)
+            live.add(doc.target)
+        _add_entry(logged_roots, doc.entry, cutoff)
     for keys in logged.values():
         for key in sorted(keys, reverse=True):  # newest first (zero-padded sequence numbers)
             blob = repo.backend.get(key)
@@ -97,10 +100,13 @@ def find_roots(repo: Repository, cutoff: datetime) -> set[str]:
                 entry = ReflogEntry.from_dict(json.loads(blob.data), key)
             except ValueError:
                 raise StoreError(f"reflog entry {key} is not JSON; run fsck") from None
-            if parse_timestamp(entry.at) < cutoff - CLOCK_SKEW:
-                break
-            _add_entry(roots, entry, cutoff)
-    return roots
+            try:
+                if parse_timestamp(entry.at) < cutoff - CLOCK_SKEW:
+                    break
+            except ValueError:
+                pass  # unreadable time: keep what it names, keep scanning
+            _add_entry(logged_roots, entry, cutoff)
+    return live, logged_roots - live
 
 
 def _add_entry(roots: set[str], entry: ReflogEntry, cutoff: datetime) -> None:
@@ -112,10 +118,19 @@ def _add_entry(roots: set[str], entry: ReflogEntry, cutoff: datetime) -> None:
         roots.update(v for v in (entry.old, entry.new) if v is not None)
 
 
-def mark(repo: Repository, roots: set[str]) -> set[str]:
-    """Ids of every object reachable from `roots`; StoreError if a manifest is unreadable."""
+def mark(repo: Repository, live: set[str], logged: set[str]) -> tuple[set[str], set[str]]:
+    """(ids of every object reachable from the roots, reflog roots already gone).
+
+    A live ref target or a parent that cannot be read stops gc (StoreError). A snapshot
+    named only by a recent reflog entry may be gone — collected by an earlier gc run with
+    a shorter retention — and is skipped.
+    """
     reachable: set[str] = set()
-    queue = list(roots)
+    gone: set[str] = set()
+    for snapshot_id in logged:
+        if not repo.objects.has(snapshot_id):
+            gone.add(snapshot_id)
+    queue = list(live | (logged - gone))
     while queue:
         snapshot_id = queue.pop()
         if snapshot_id in reachable:
@@ -132,7 +147,7 @@ def mark(repo: Repository, roots: set[str]) -> set[str]:
             reachable.update(chunks)
         reachable.update(manifest.outputs)
         queue.extend(p for p in manifest.parents if p not in reachable)
-    return reachable
+    return reachable, gone
 
 
 def collect(repo: Repository, *, retention: timedelta, grace: timedelta, dry_run: bool) -> GcReport:
@@ -140,8 +155,8 @@ def collect(repo: Repository, *, retention: timedelta, grace: timedelta, dry_run
     if retention < timedelta(0) or grace < timedelta(0):
         raise ValueError("retention and grace must not be negative")
     started = repo.now()
-    roots = find_roots(repo, started - retention)
-    reachable = mark(repo, roots)
+    live, logged = find_roots(repo, started - retention)
+    reachable, gone = mark(repo, live, logged)
     young_after = started - grace - MTIME_RESOLUTION
     removed: list[GcItem] = []
     kept_young = 0
@@ -162,7 +177,8 @@ def collect(repo: Repository, *, retention: timedelta, grace: timedelta, dry_run
     return GcReport(
         dry_run=dry_run,
         started_at=started,
-        roots=len(roots),
+        roots=len(live) + len(logged) - len(gone),
+        reflog_roots_gone=len(gone),
         reachable_objects=len(reachable),
         kept_young=kept_young,
         removed=tuple(sorted(removed, key=lambda item: item.key)),

@@ -158,3 +158,18 @@ def test_gc_keeps_other_namespaces_alone(store_url: str, clock: Clock) -> None:
 def test_negative_durations_are_rejected(repo: Repository) -> None:
     with pytest.raises(ValueError):
         repo.gc(retention=timedelta(seconds=-1), grace=timedelta(0))
+
+
+def test_gc_after_a_shorter_retention_run_is_not_blocked(
+    timed_repo: Repository, clock: Clock
+) -> None:
+    repo = timed_repo
+    ids = commit_chain(repo, 3)
+    repo.cas_ref("heads/main", ids[2], ids[0], reason="rollback")
+    clock.now += timedelta(hours=1)
+    first = repo.gc(retention=timedelta(0), grace=timedelta(0))
+    assert {ids[1], ids[2]} <= {item.object_id for item in first.removed}
+    cold = Repository(repo.backend, clock=clock)
+    report = cold.gc(retention=timedelta(days=7), grace=timedelta(0))
+    assert report.reflog_roots_gone == 2 and report.removed == ()
+    assert cold.fsck().ok
