@@ -107,8 +107,8 @@ def diff_manifests(
     changed: list[KeyGroupChange] = []
     removed: list[KeyGroupChange] = []
     for group in sorted(set(old.key_groups) | set(new.key_groups)):
-        before = old.key_groups.get(group, ())
-        after = new.key_groups.get(group, ())
+        before = tuple(old.key_groups.get(group, ()))
+        after = tuple(new.key_groups.get(group, ()))
         if before == after:
             continue
         change = KeyGroupChange(

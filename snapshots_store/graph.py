@@ -67,7 +67,7 @@ def topo_log(load: Loader, start: str, limit: int | None = None) -> Iterator[tup
         if current in parents:
             continue
         manifest = load(current)
-        parents[current] = manifest.parents
+        parents[current] = tuple(manifest.parents)
         keys[current] = age_key(current, manifest)
         for parent in manifest.parents:
             pending_children[parent] = pending_children.get(parent, 0) + 1

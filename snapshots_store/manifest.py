@@ -31,11 +31,12 @@ def _is_int(value: object) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class Manifest:
-    """One snapshot. Mappings are normalised on construction and must not be mutated.
+    """One snapshot. Values are normalised on construction and must not be mutated.
 
-    In Python `parents` and `outputs` are tuples, `key_groups` maps int key group -> tuple of
-    chunk ids and `offsets` maps source -> partition (str) -> end offset; the JSON form
-    uses lists and string keys (see docs/store-format.md).
+    Any sequences are accepted; stored are tuples: `parents`, `outputs` and the chunk lists
+    of `key_groups` (int key group -> chunk ids, sorted by key group); `offsets` maps
+    source -> partition (str) -> end offset. The JSON form uses lists and string keys
+    (see docs/store-format.md).
     """
 
     branch: str
@@ -43,10 +44,10 @@ class Manifest:
     max_parallelism: int
     parallelism: int
     kind: str
-    parents: tuple[str, ...] = ()
+    parents: Sequence[str] = ()
     offsets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
-    key_groups: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
-    outputs: tuple[str, ...] = ()
+    key_groups: Mapping[int, Sequence[str]] = field(default_factory=dict)
+    outputs: Sequence[str] = ()
     code_version: str = ""
     config_hash: str = ""
     operation_id: str | None = None

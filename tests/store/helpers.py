@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def manifest(
     branch: str = "main",
     epoch: int = 0,
     parents: tuple[str, ...] = (),
-    key_groups: dict[int, list[str]] | None = None,
+    key_groups: Mapping[int, Sequence[str]] | None = None,
     offsets: dict[str, dict[str, int]] | None = None,
     created_at: datetime | None = None,
     kind: str | None = None,

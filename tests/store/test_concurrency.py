@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 from collections import defaultdict
+from collections.abc import Sequence
 
 import pytest
 
@@ -21,7 +22,7 @@ def _spawn() -> multiprocessing.context.SpawnContext:
     return multiprocessing.get_context("spawn")
 
 
-def _run(targets: list[multiprocessing.process.BaseProcess], timeout: float) -> None:
+def _run(targets: Sequence[multiprocessing.process.BaseProcess], timeout: float) -> None:
     for process in targets:
         process.start()
     for process in targets:

@@ -39,7 +39,7 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
             if k.lower() not in ("if-match", "if-none-match", "expect")
         }
         upstream = http.client.HTTPConnection(
-            self.server.upstream.hostname, self.server.upstream.port, timeout=30
+            self.server.upstream.hostname or "127.0.0.1", self.server.upstream.port, timeout=30
         )
         upstream.request(self.command, self.path, body=body, headers=headers)
         response = upstream.getresponse()
@@ -48,8 +48,9 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         for key, value in response.getheaders():
             if key.lower() not in ("transfer-encoding", "connection", "content-length"):
                 self.send_header(key, value)
-        length = response.getheader("Content-Length") if self.command == "HEAD" else None
-        self.send_header("Content-Length", length or str(len(data)))
+        upstream_length = response.getheader("Content-Length")
+        head = self.command == "HEAD" and upstream_length is not None
+        self.send_header("Content-Length", str(upstream_length) if head else str(len(data)))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
