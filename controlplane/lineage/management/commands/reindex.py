@@ -1,0 +1,78 @@
+"""`manage.py reindex [--application NAME] [--store URL] [--create]`: bring the lineage index
+up to date with the store (idempotent; only new commits and reflog entries are read)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from controlplane.applications.errors import UnknownApplicationError
+from controlplane.applications.models import Application
+from controlplane.applications.selectors import application_get, application_list
+from controlplane.applications.services import application_create
+from controlplane.lineage.errors import LineageError
+from controlplane.lineage.services import ReindexProgress, reindex_application
+from snapshots_store import Repository, StoreError
+
+
+class Command(BaseCommand):
+    help = "Rebuild or catch up the lineage index from the snapshot store."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--application", help="one application (default: all)")
+        parser.add_argument(
+            "--store", help="store URL (default: STORE_URL, i.e. settings.EPOCHAL_STORE_URL)"
+        )
+        parser.add_argument(
+            "--create",
+            action="store_true",
+            help="create the application (namespace = name) when it does not exist",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        url = options["store"] or settings.EPOCHAL_STORE_URL
+        applications = self._applications(options["application"], create=options["create"])
+        if not applications:
+            raise CommandError("no applications to reindex; pass --application NAME --create")
+        for application in applications:
+            self._reindex(application, url)
+
+    def _applications(self, name: str | None, *, create: bool) -> list[Application]:
+        if name is None:
+            return application_list()
+        try:
+            return [application_get(name=name)]
+        except UnknownApplicationError as exc:
+            if not create:
+                raise CommandError(str(exc)) from None
+            try:
+                return [application_create(name=name)]
+            except Exception as err:
+                raise CommandError(f"cannot create application {name!r}: {err}") from None
+
+    def _reindex(self, application: Application, url: str) -> None:
+        def progress(p: ReindexProgress) -> None:
+            sys.stderr.write(
+                f"\r{application.name}: {p.phase:<5} refs={p.refs} "
+                f"new={p.snapshots_found} indexed={p.snapshots_indexed}   "
+            )
+            if p.phase == "done":
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+
+        try:
+            repo = Repository.open(url, application.store_namespace)
+            result = reindex_application(application=application, repo=repo, progress=progress)
+        except (StoreError, LineageError) as exc:
+            raise CommandError(f"reindex of {application.name!r} failed: {exc}") from None
+        self.stdout.write(
+            f"{result.application}: {result.snapshots_added} new snapshots "
+            f"({result.snapshots_total} indexed), {result.reflog_entries_added} new reflog "
+            f"entries, {result.refs} refs, {len(result.skipped)} skipped, "
+            f"{result.seconds:.2f}s ({result.snapshots_per_s:.0f} snapshots/s)"
+        )
+        for sid in result.skipped[:10]:
+            self.stdout.write(f"  skipped {sid}: its history is incomplete in the store")
