@@ -231,7 +231,11 @@ def _cmd_refs(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
 
 
 def _cmd_reflog(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
-    name = args.ref if args.ref.startswith(("heads/", "tags/", "refs/")) else f"heads/{args.ref}"
+    name = args.ref
+    if not name.startswith(("heads/", "tags/", "refs/")):  # a bare name: branch, else tag
+        branch, tag = f"heads/{name}", f"tags/{name}"
+        only_tag = repo.refs.read_document(branch) is None and repo.refs.read_document(tag)
+        name = tag if only_tag else branch
     entries = repo.reflog(name, limit=args.limit)
     if out.as_json:
         out.json([e.to_dict() for e in entries])

@@ -16,6 +16,7 @@ from snapshots_store.errors import ControlConflictError, InvalidNameError, Store
 from snapshots_store.names import check_branch_name
 
 CONTROL_PREFIX: Final = "control/"
+_ATTEMPTS: Final = 5
 
 
 def control_key(branch: str) -> str:
@@ -67,15 +68,18 @@ class ControlStore:
             raise ControlConflictError(branch, expected_version, version)
         data = canonical_json({"generation": generation + 1, "doc": doc})
         key = control_key(branch)
-        if version is None:
-            new_version = self.backend.put_if_absent(key, data)
-        else:
-            new_version = self.backend.put_if_match(key, data, version)
-        if new_version is None:
+        for _ in range(_ATTEMPTS):
+            if version is None:
+                new_version = self.backend.put_if_absent(key, data)
+            else:
+                new_version = self.backend.put_if_match(key, data, version)
+            if new_version is not None:
+                return new_version
             blob = self.backend.get(key)
-            if blob is None or blob.data != data:
-                raise ControlConflictError(
-                    branch, expected_version, None if blob is None else blob.version
-                )
-            new_version = blob.version
-        return new_version
+            if blob is not None and blob.data == data:
+                return blob.version  # our own write, acknowledged late (a retry)
+            current = None if blob is None else blob.version
+            if current != version:
+                raise ControlConflictError(branch, expected_version, current)
+            # unchanged: the server refused spuriously (e.g. S3 409); try again
+        raise ControlConflictError(branch, expected_version, version)

@@ -79,6 +79,10 @@ def parse_ref_document(name: str, raw: bytes, version: str) -> RefDocument:
     return RefDocument(name, doc["target"], doc["seq"], entry, raw, version)
 
 
+#: how often a CAS whose compare still holds is retried after losing the write race
+_ATTEMPTS = 5
+
+
 class RefStore:
     """Refs of one namespace on a backend (plumbing under `Repository`)."""
 
@@ -115,28 +119,34 @@ class RefStore:
         if not isinstance(reason, str):
             raise InvalidNameError(repr(reason), "a reflog reason is a string")
         current = self.read_document(name)
-        actual = None if current is None else current.target
-        if actual != expected:
-            raise RefConflictError(name, expected, actual)
-        if current is None:
-            self._check_no_path_conflict(name)
-        else:
-            persist_entry(self.backend, name, current.entry)
-        seq = 1 if current is None else current.seq + 1
-        entry = ReflogEntry(seq, expected, new, operation_id, reason, at)
-        raw = canonical_json({"target": new, "seq": seq, "entry": entry.to_dict()})
-        key = ref_key(name)
-        if current is None:
-            version = self.backend.put_if_absent(key, raw)
-        else:
-            version = self.backend.put_if_match(key, raw, current.version)
-        if version is None:
-            again = self.read_document(name)
-            if again is None or again.raw != raw:  # else: our own write, acknowledged late
-                raise RefConflictError(name, expected, None if again is None else again.target)
-            version = again.version
-        persist_entry(self.backend, name, entry)
-        return RefDocument(name, new, seq, entry, raw, version)
+        for _ in range(_ATTEMPTS):
+            actual = None if current is None else current.target
+            if actual != expected:
+                raise RefConflictError(name, expected, actual)
+            if current is None:
+                self._check_no_path_conflict(name)
+            else:
+                persist_entry(self.backend, name, current.entry)
+            seq = 1 if current is None else current.seq + 1
+            entry = ReflogEntry(seq, expected, new, operation_id, reason, at)
+            raw = canonical_json({"target": new, "seq": seq, "entry": entry.to_dict()})
+            key = ref_key(name)
+            if current is None:
+                version = self.backend.put_if_absent(key, raw)
+            else:
+                version = self.backend.put_if_match(key, raw, current.version)
+            if version is None:
+                again = self.read_document(name)
+                if again is not None and again.raw == raw:
+                    version = again.version  # our own write, acknowledged late (a retry)
+                else:
+                    # Lost a race. If the ref still (or again) points at `expected`, the
+                    # compare part still holds: try once more from the new document.
+                    current = again
+                    continue
+            persist_entry(self.backend, name, entry)
+            return RefDocument(name, new, seq, entry, raw, version)
+        raise RefConflictError(name, expected, None if current is None else current.target)
 
     def _check_no_path_conflict(self, name: str) -> None:
         """Refuse `a/b` while `a` exists and vice versa (as git does; files vs directories)."""

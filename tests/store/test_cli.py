@@ -80,6 +80,7 @@ def test_log_show_diff_refs_reflog_resolve(store_url: str, history: list[str]) -
 
     out = run(store_url, "reflog", "main")
     assert len(out.stdout.splitlines()) == 4 and "epoch 3" in out.stdout
+    assert "savepoint" in run(store_url, "reflog", "v1").stdout
     out = run(store_url, "reflog", "heads/main", "-n", "1")
     assert len(out.stdout.splitlines()) == 1 and "epoch 3" in out.stdout
 

@@ -295,3 +295,29 @@ def test_threads_sharing_one_repository_lose_no_update(repo: Repository) -> None
         list(pool.map(work, range(4)))
     assert len(list(repo.log("main", first_parent=True))) == 40
     assert [e.seq for e in repo.reflog("heads/main")] == list(range(1, 41))
+
+
+class _SpuriousRefusalBackend(PrefixedBackend):
+    """Refuses the first conditional write although nothing changed (S3 may answer 409)."""
+
+    def __init__(self, inner: Backend, prefix: str) -> None:
+        super().__init__(inner, prefix)
+        self.refusals = 0
+
+    def put_if_match(self, key: str, data: bytes, version: str) -> str | None:
+        if self.refusals == 0:
+            self.refusals += 1
+            return None
+        return super().put_if_match(key, data, version)
+
+
+def test_spuriously_refused_cas_and_control_writes_are_retried(store_url: str) -> None:
+    backend = _SpuriousRefusalBackend(open_backend(store_url), "app")
+    repo = Repository(backend)
+    a, b = commit_chain(repo, 2)
+    assert backend.refusals == 1
+    assert [e.new for e in repo.reflog("heads/main")] == [a, b]
+    v1 = repo.write_control("main", {"p": 1}, None)
+    backend.refusals = 0
+    v2 = repo.write_control("main", {"p": 2}, v1)
+    assert repo.read_control("main") == ({"p": 2}, v2)
