@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from moto.server import ThreadedMotoServer
+from werkzeug.serving import make_server
 
 from snapshots_store import Repository
 
@@ -27,14 +36,36 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+class AtomicMotoServer(ThreadedMotoServer):
+    """moto over real HTTP, with S3's atomic conditional writes.
+
+    moto checks If-Match / If-None-Match and then writes in two separate steps, so two
+    racing requests can both pass the check; AWS S3 decides such races atomically. This
+    server handles one request at a time (connections stay concurrent), which restores
+    that guarantee: the race tests then exercise our client, not moto's check-then-write.
+    """
+
+    def _server_entry(self) -> None:
+        app = DomainDispatcherApplication(create_backend_app)
+        lock = threading.Lock()
+
+        def serialised(environ: Any, start_response: Any) -> list[bytes]:
+            with lock:
+                return list(app(environ, start_response))
+
+        self._server = make_server(
+            self._ip_address, self._port, serialised, True, request_handler=MotoRequestHandler
+        )
+        self._server_ready_event.set()
+        self._server.serve_forever()
+
+
 @pytest.fixture(scope="session")
 def s3_endpoint() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 for the whole session; its URL."""
-    from moto.server import ThreadedMotoServer
-
     os.environ.update(S3_ENV)
     port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server = AtomicMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     try:
         yield f"http://127.0.0.1:{port}"

@@ -31,6 +31,14 @@ def _writer(*args: str) -> subprocess.Popen[str]:
     )
 
 
+def _first_commit(writer: subprocess.Popen[str]) -> str:
+    """Block until the writer has committed once (so every kill lands in a running loop)."""
+    assert writer.stdout is not None
+    line = writer.stdout.readline().strip()
+    assert line, f"the writer exited before its first commit (status {writer.poll()})"
+    return line
+
+
 def _assert_head_is_sound(repo: Repository) -> None:
     head = repo.read_ref("heads/main")
     if head is None:
@@ -64,17 +72,17 @@ def _collect_and_check(repo: Repository) -> GcReport:
 def test_writer_killed_at_random_points_never_breaks_the_head(any_url: str) -> None:
     repo = Repository.open(any_url, "app")
     rng = random.Random(20261123)
-    committed = 0
     for _ in range(8):
         writer = _writer("commit-forever", any_url, "200000")
-        time.sleep(rng.uniform(0.15, 0.6))
+        first = _first_commit(writer)
+        time.sleep(rng.uniform(0.0, 0.25))  # somewhere inside a later commit
         writer.send_signal(signal.SIGKILL)
-        out, _ = writer.communicate(timeout=30)
+        writer.communicate(timeout=30)
         assert writer.returncode == -signal.SIGKILL
-        committed += len(out.split())
+        assert repo.is_ancestor(first, "main")
         _assert_head_is_sound(Repository.open(any_url, "app"))
-    assert committed > 0, "the writer never committed; the test did not exercise anything"
     history = [sid for sid, _ in repo.log("main", first_parent=True)]
+    assert len(history) >= 8  # every writer committed at least once before its kill
     assert [e.new for e in repo.reflog("heads/main")] == history[::-1]
     report = _collect_and_check(repo)
     assert report.removed, "no kill left debris; the kills did not land mid-commit"
@@ -121,7 +129,8 @@ def test_ref_never_points_at_partial_object_under_repeated_kills(store_url: str,
     rng = random.Random(seed)
     for _ in range(5):
         writer = _writer("commit-forever", store_url, "50000")
-        time.sleep(rng.uniform(0.05, 0.3))
+        _first_commit(writer)
+        time.sleep(rng.uniform(0.0, 0.1))
         writer.kill()
         writer.communicate(timeout=30)
         _assert_head_is_sound(Repository.open(store_url, "app"))
