@@ -63,6 +63,8 @@ class Snapshot(models.Model):
     offsets = models.JSONField(default=dict)
     stats = models.JSONField(default=dict)
     provenance = models.JSONField(default=dict)
+    # The manifest's parent ids in order (also in SnapshotParent); read with every log row.
+    parent_ids = models.JSONField(default=list)
     parent_count = models.PositiveSmallIntegerField(default=0)
     first_parent = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"

@@ -3,7 +3,8 @@
 How they stay fast (see docs/lineage.md): the history of a snapshot at (chain c, generation g)
 is a few ranges "chain c', generation <= g'" found by one recursive walk over `ChainEdge`
 rows (thousands of rows where snapshots number millions); pages are then read from the
-(chain, generation) index, newest first, with the limit pushed into every range.
+(chain, generation) index, newest first, with the page limit pushed into every range. The hot
+paths use a few hand-written SQL statements valid on PostgreSQL and SQLite alike.
 
 Orders are deterministic. Full log and ancestors: generation descending, then snapshot id
 ascending (a topological order: every child before its parents). First-parent log: the
@@ -15,11 +16,15 @@ to the smaller id — as in `snapshots_store`.
 from __future__ import annotations
 
 import heapq
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
 
 from django.db import connection
+from django.utils.dateparse import parse_datetime
 
 from controlplane.applications.models import Application
 from controlplane.lineage.errors import InvalidCursorError, UnknownRevisionError
@@ -29,31 +34,49 @@ from controlplane.lineage.models import (
     ChainEdge,
     ReflogEntry,
     Snapshot,
-    SnapshotParent,
     Tag,
 )
 
 MAX_PAGE = 1000
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _CURSOR = re.compile(r"(\d+):([0-9a-f]{64})")
-_UNION_TERMS = 200  # SQLite allows at most 500 terms in one compound SELECT
+_UNION_TERMS = 32  # chains read per statement (SQLite allows 500 terms per compound SELECT)
+
+_SNAPSHOT = Snapshot._meta.db_table
+_CHAIN = Chain._meta.db_table
+_EDGE = ChainEdge._meta.db_table
+_BRANCH = Branch._meta.db_table
+_TAG = Tag._meta.db_table
+_SUMMARY_COLUMNS = (
+    "id, snapshot_id, branch, epoch, kind, parallelism, max_parallelism, code_version, "
+    "config_hash, operation_id, created_at, generation, parent_ids, offsets, stats, provenance"
+)
 
 
 @dataclass(frozen=True)
-class Point:
-    """Where a snapshot sits in the index."""
+class SnapshotSummary:
+    """What a history listing shows of one snapshot (the full row is `snapshot_get`)."""
 
-    pk: int
     snapshot_id: str
-    chain: int
+    branch: str
+    epoch: int
+    kind: str
+    parallelism: int
+    max_parallelism: int
+    code_version: str
+    config_hash: str
+    operation_id: str
+    created_at: datetime
     generation: int
+    parent_ids: tuple[str, ...]
+    offsets: dict[str, dict[str, int]]
+    stats: dict[str, int | float]
+    provenance: dict[str, str]
 
 
 @dataclass(frozen=True)
 class LogPage:
-    """Snapshots (each with `.parent_ids`, parents in order) and the cursor of the next page."""
-
-    snapshots: list[Snapshot]
+    snapshots: list[SnapshotSummary]
     next_cursor: str | None
 
 
@@ -75,13 +98,23 @@ class GraphPage:
     """A window of recently indexed snapshots across branches, for drawing the graph.
 
     `edges` are the parent links of the window's snapshots (parents may lie outside the
-    window); `refs` maps snapshot id -> branch and tag names pointing at it.
+    window); `refs` maps snapshot id -> ``heads/…`` and ``tags/…`` names pointing at it.
     """
 
-    snapshots: list[Snapshot]
+    snapshots: list[SnapshotSummary]
     edges: list[GraphEdge]
     refs: dict[str, list[str]]
     next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class _Point:
+    """Where a snapshot sits in the index."""
+
+    pk: int
+    snapshot_id: str
+    chain: int
+    generation: int
 
 
 # -- single snapshots -----------------------------------------------------------------------
@@ -93,37 +126,37 @@ def snapshot_get(*, application: Application, rev: str) -> Snapshot:
     return Snapshot.objects.get(pk=_resolve(application, rev).pk)
 
 
-def _resolve(application: Application, rev: str) -> Point:
-    fields = ("id", "snapshot_id", "chain", "generation")
-    row = None
-    if isinstance(rev, str) and _HEX64.fullmatch(rev):
-        row = (
-            Snapshot.objects.filter(application=application, snapshot_id=rev)
-            .values_list(*fields)
-            .first()
+def _resolve(application: Application, rev: str) -> _Point:
+    if not isinstance(rev, str) or not rev:
+        raise UnknownRevisionError(application.name, repr(rev), "a revision is a non-empty string")
+    point = "s.id, s.snapshot_id, s.chain_id, s.generation"
+    if _HEX64.fullmatch(rev):
+        sql = (
+            f"SELECT {point} FROM {_SNAPSHOT} s WHERE s.application_id = %s AND s.snapshot_id = %s"
         )
-    elif isinstance(rev, str) and rev:
-        candidates: list[tuple[type[Branch] | type[Tag], str]] = []
+        params: list[Any] = [application.pk, rev]
+    else:
+        refs: list[tuple[str, str, str]] = []
         if rev.startswith("heads/"):
-            candidates = [(Branch, rev.removeprefix("heads/"))]
+            refs = [(_BRANCH, "head_id", rev.removeprefix("heads/"))]
         elif rev.startswith("tags/"):
-            candidates = [(Tag, rev.removeprefix("tags/"))]
+            refs = [(_TAG, "target_id", rev.removeprefix("tags/"))]
         else:
-            candidates = [(Branch, rev), (Tag, rev)]
-        for model, name in candidates:
-            field = "head" if model is Branch else "target"
-            row = (
-                model.objects.filter(
-                    application=application, name=name, **{f"{field}__isnull": False}
-                )
-                .values_list(*(f"{field}__{f}" for f in fields))
-                .first()
+            refs = [(_BRANCH, "head_id", rev), (_TAG, "target_id", rev)]
+        terms, params = [], []
+        for order, (table, column, name) in enumerate(refs):
+            terms.append(
+                f"SELECT {order} AS o, {point} FROM {table} r JOIN {_SNAPSHOT} s "
+                f"ON s.id = r.{column} WHERE r.application_id = %s AND r.name = %s"
             )
-            if row is not None:
-                break
+            params += [application.pk, name]
+        sql = f"SELECT * FROM ({' UNION ALL '.join(terms)}) AS refs ORDER BY o LIMIT 1"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
     if row is None:
-        raise UnknownRevisionError(application.name, str(rev))
-    return Point(*row)
+        raise UnknownRevisionError(application.name, rev)
+    return _Point(*row[-4:])
 
 
 # -- history --------------------------------------------------------------------------------
@@ -142,27 +175,14 @@ def snapshot_log(
     start = _resolve(application, rev)
     after = _parse_cursor(cursor)
     if first_parent:
-        pks = _first_parent_pks(start, limit + 1, after)
+        rows = _first_parent_rows(start, limit + 1, after)
     else:
         pks = [pk for pk, _, _ in _ancestor_rows(start, limit + 1, after)]
-    more = len(pks) > limit
-    pks = pks[:limit]
-    by_pk = Snapshot.objects.in_bulk(pks)
-    snapshots = [by_pk[pk] for pk in pks]
-    parents: dict[int, list[str]] = {pk: [] for pk in pks}
-    links = (
-        SnapshotParent.objects.filter(child_id__in=pks)
-        .order_by("child_id", "position")
-        .values_list("child_id", "parent__snapshot_id")
-    )
-    for child, parent in links:
-        parents[child].append(parent)
-    for snapshot in snapshots:
-        snapshot.parent_ids = parents[snapshot.pk]  # type: ignore[attr-defined]
-    next_cursor = None
-    if more and snapshots:
-        tail = snapshots[-1]
-        next_cursor = f"{tail.generation}:{tail.snapshot_id}"
+        rows = _summaries_by_pk(pks)
+    more = len(rows) > limit
+    snapshots = rows[:limit]
+    tail = snapshots[-1] if snapshots else None
+    next_cursor = f"{tail.generation}:{tail.snapshot_id}" if more and tail else None
     return LogPage(snapshots, next_cursor)
 
 
@@ -191,21 +211,19 @@ def snapshot_is_ancestor(*, application: Application, ancestor: str, descendant:
     return reach.get(a.chain, 0) >= a.generation
 
 
-def snapshot_merge_bases(*, application: Application, a: str, b: str) -> list[Snapshot]:
+def snapshot_merge_bases(*, application: Application, a: str, b: str) -> list[SnapshotSummary]:
     """The best common ancestors of `a` and `b` (none an ancestor of another), newest first."""
     pa, pb = _resolve(application, a), _resolve(application, b)
     reach_a, reach_b = _reach([pa, pb])
     common = {c: min(g, reach_b[c]) for c, g in reach_a.items() if c in reach_b}
     if not common:
         return []
-    best = _undominated(common)
-    rows = _points_at(best)
-    snapshots = list(Snapshot.objects.filter(pk__in=[p.pk for p in rows]))
-    snapshots.sort(key=lambda s: (-s.created_at.timestamp(), s.snapshot_id))
-    return snapshots
+    bases = _summaries_at(_undominated(common) if len(common) > 1 else list(common.items()))
+    bases.sort(key=lambda s: (-s.created_at.timestamp(), s.snapshot_id))
+    return bases
 
 
-def snapshot_merge_base(*, application: Application, a: str, b: str) -> Snapshot | None:
+def snapshot_merge_base(*, application: Application, a: str, b: str) -> SnapshotSummary | None:
     """The newest best common ancestor of `a` and `b`; None when their histories are disjoint."""
     bases = snapshot_merge_bases(application=application, a=a, b=b)
     return bases[0] if bases else None
@@ -220,35 +238,40 @@ def lineage_graph_page(
     """The `limit` most recently indexed snapshots (before `cursor`) with their parent edges
     and the branches and tags that point at them."""
     limit = _check_limit(limit)
-    query = Snapshot.objects.filter(application=application).order_by("-id")
+    where, params = "application_id = %s", [application.pk]
     if cursor is not None:
         if not cursor.isdigit():
             raise InvalidCursorError(cursor)
-        query = query.filter(id__lt=int(cursor))
-    snapshots = list(query[: limit + 1])
-    more = len(snapshots) > limit
-    snapshots = snapshots[:limit]
-    pks = [s.pk for s in snapshots]
-    by_pk = {s.pk: s.snapshot_id for s in snapshots}
+        where += " AND id < %s"
+        params.append(int(cursor))
+    rows = _summaries(
+        f"SELECT {_SUMMARY_COLUMNS} FROM {_SNAPSHOT} WHERE {where} ORDER BY id DESC LIMIT %s",
+        [*params, limit + 1],
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    snapshots = [s for _, s in rows]
     edges = [
-        GraphEdge(by_pk[child], parent, position)
-        for child, parent, position in SnapshotParent.objects.filter(child_id__in=pks)
-        .order_by("child_id", "position")
-        .values_list("child_id", "parent__snapshot_id", "position")
+        GraphEdge(s.snapshot_id, parent, position)
+        for s in snapshots
+        for position, parent in enumerate(s.parent_ids)
     ]
+    pks = [pk for pk, _ in rows]
+    by_pk = {pk: s.snapshot_id for pk, s in rows}
     refs: dict[str, list[str]] = {}
-    for name, sid in Branch.objects.filter(application=application, head_id__in=pks).values_list(
-        "name", "head__snapshot_id"
+    for name, pk in Branch.objects.filter(application=application, head_id__in=pks).values_list(
+        "name", "head_id"
     ):
-        refs.setdefault(sid, []).append(f"heads/{name}")
-    for name, sid in Tag.objects.filter(application=application, target_id__in=pks).values_list(
-        "name", "target__snapshot_id"
+        refs.setdefault(by_pk[pk], []).append(f"heads/{name}")
+    for name, pk in Tag.objects.filter(application=application, target_id__in=pks).values_list(
+        "name", "target_id"
     ):
-        refs.setdefault(sid, []).append(f"tags/{name}")
+        refs.setdefault(by_pk[pk], []).append(f"tags/{name}")
     return GraphPage(snapshots, edges, refs, str(pks[-1]) if more and pks else None)
 
 
 def branch_list(*, application: Application, include_deleted: bool = False) -> list[Branch]:
+    """Branches by name with their heads; deleted ones (head None) only when asked."""
     query = Branch.objects.filter(application=application).select_related("head")
     if not include_deleted:
         query = query.filter(head__isnull=False)
@@ -268,12 +291,11 @@ def reflog_list(
     """Moves of `ref` (``heads/x`` / ``tags/y``), newest first; `before_seq` pages back."""
     limit = _check_limit(limit)
     query = ReflogEntry.objects.filter(application=application, ref=ref)
+    if not query.exists():
+        raise UnknownRevisionError(application.name, ref, "no reflog is indexed for this ref")
     if before_seq is not None:
         query = query.filter(seq__lt=before_seq)
-    entries = list(query.order_by("-seq")[:limit])
-    if not entries and before_seq is None and not query.exists():
-        raise UnknownRevisionError(application.name, ref, "no reflog is indexed for this ref")
-    return entries
+    return list(query.order_by("-seq")[:limit])
 
 
 # -- the machinery --------------------------------------------------------------------------
@@ -294,13 +316,12 @@ def _parse_cursor(cursor: str | None) -> tuple[int, str] | None:
     return int(match.group(1)), match.group(2)
 
 
-def _reach(starts: Sequence[Point], floor: int = 0) -> list[dict[int, int]]:
+def _reach(starts: Sequence[_Point], floor: int = 0) -> list[dict[int, int]]:
     """For each start, chain -> highest generation of that chain in its history.
 
     One recursive query over chain edges; `floor` prunes edges into generations below it
     (a snapshot of generation g has no ancestor of generation >= g).
     """
-    edge = ChainEdge._meta.db_table
     seeds = " UNION ALL ".join(
         "SELECT CAST(%s AS INTEGER), CAST(%s AS BIGINT), CAST(%s AS BIGINT)" for _ in starts
     )
@@ -309,7 +330,7 @@ def _reach(starts: Sequence[Point], floor: int = 0) -> list[dict[int, int]]:
             {seeds}
             UNION
             SELECT r.side, e.to_chain_id, e.to_generation
-            FROM reach r JOIN {edge} e
+            FROM reach r JOIN {_EDGE} e
               ON e.from_chain_id = r.chain_id AND e.from_generation <= r.generation
             WHERE e.to_generation >= %s
         )
@@ -327,74 +348,81 @@ def _reach(starts: Sequence[Point], floor: int = 0) -> list[dict[int, int]]:
 
 
 def _ancestor_rows(
-    start: Point, limit: int, after: tuple[int, str] | None
+    start: _Point, limit: int, after: tuple[int, str] | None
 ) -> list[tuple[int, int, str]]:
     """(pk, generation, snapshot id) of the first `limit` ancestors of `start` after `after`,
-    ordered by generation descending then id: one index range per chain of its history."""
-    reach = _reach([start])[0]
-    ranges = sorted(reach.items(), key=lambda item: -item[1])
-    table = Snapshot._meta.db_table
+    ordered by generation descending then id.
+
+    Each chain of the history contributes an index range. Chains are read in order of their
+    highest reachable generation, a batch per statement, and reading stops once no unread
+    chain can reach above the `limit`-th row found so far.
+    """
+    ranges = sorted(_reach([start])[0].items(), key=lambda item: -item[1])
     term = (
-        f"SELECT * FROM (SELECT id, generation, snapshot_id FROM {table} "
+        f"SELECT * FROM (SELECT id, generation, snapshot_id FROM {_SNAPSHOT} "
         "WHERE chain_id = %s AND generation <= %s{extra} "
         "ORDER BY generation DESC LIMIT %s) AS q{n}"
     )
     found: list[tuple[int, int, str]] = []
-    for offset in range(0, len(ranges), _UNION_TERMS):
-        terms, params = [], []
-        for n, (chain, top) in enumerate(ranges[offset : offset + _UNION_TERMS]):
-            extra = ""
-            params += [chain, top]
-            if after is not None:
-                extra = " AND (generation < %s OR (generation = %s AND snapshot_id > %s))"
-                params += [after[0], after[0], after[1]]
-            params.append(limit)
-            terms.append(term.format(extra=extra, n=n))
-        sql = " UNION ALL ".join(terms) + " ORDER BY 2 DESC, 3 LIMIT %s"
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, limit])
+    with connection.cursor() as cursor:
+        for offset in range(0, len(ranges), _UNION_TERMS):
+            batch = ranges[offset : offset + _UNION_TERMS]
+            highest = batch[0][1] if after is None else min(batch[0][1], after[0])
+            if len(found) >= limit and found[limit - 1][1] > highest:
+                break
+            terms, params = [], []
+            for n, (chain, top) in enumerate(batch):
+                extra = ""
+                params += [chain, top]
+                if after is not None:
+                    extra = " AND (generation < %s OR (generation = %s AND snapshot_id > %s))"
+                    params += [after[0], after[0], after[1]]
+                params.append(limit)
+                terms.append(term.format(extra=extra, n=n))
+            cursor.execute(" UNION ALL ".join(terms), params)
             found.extend(cursor.fetchall())
-    found.sort(key=lambda row: (-row[1], row[2]))
-    return found[:limit]
+            found.sort(key=lambda row: (-row[1], row[2]))
+            del found[limit:]
+    return found
 
 
-def _first_parent_pks(start: Point, limit: int, after: tuple[int, str] | None) -> list[int]:
-    """pks along the first-parent chain of `start` (below `after`), a chain segment at a time.
+def _first_parent_rows(
+    start: _Point, limit: int, after: tuple[int, str] | None
+) -> list[SnapshotSummary]:
+    """The first-parent chain of `start` (below `after`), read a chain segment at a time.
 
     Segments come newest first and each lies wholly below the previous one in generation.
     """
-    table = Snapshot._meta.db_table
-    pks: list[int] = []
-    with connection.cursor() as cursor:
-        for chain, generation, root in _first_parent_path(start):
-            top = generation if after is None else min(generation, after[0] - 1)
-            if top < root:
-                continue
-            cursor.execute(
-                f"SELECT id FROM {table} WHERE chain_id = %s AND generation <= %s "
-                "ORDER BY generation DESC LIMIT %s",
-                [chain, top, limit - len(pks)],
+    rows: list[SnapshotSummary] = []
+    for chain, generation, root in _first_parent_path(start):
+        top = generation if after is None else min(generation, after[0] - 1)
+        if top < root:
+            continue
+        rows.extend(
+            s
+            for _, s in _summaries(
+                f"SELECT {_SUMMARY_COLUMNS} FROM {_SNAPSHOT} WHERE chain_id = %s "
+                "AND generation <= %s ORDER BY generation DESC LIMIT %s",
+                [chain, top, limit - len(rows)],
             )
-            pks.extend(row[0] for row in cursor.fetchall())
-            if len(pks) >= limit:
-                break
-    return pks
+        )
+        if len(rows) >= limit:
+            break
+    return rows
 
 
-def _first_parent_path(start: Point) -> list[tuple[int, int, int]]:
+def _first_parent_path(start: _Point) -> list[tuple[int, int, int]]:
     """(chain, top generation, root generation) segments of the first-parent chain of
     `start`, newest first."""
-    edge = ChainEdge._meta.db_table
-    chain = Chain._meta.db_table
     sql = f"""
         WITH RECURSIVE path(depth, chain_id, generation) AS (
             SELECT 0, CAST(%s AS BIGINT), CAST(%s AS BIGINT)
             UNION ALL
             SELECT p.depth + 1, e.to_chain_id, e.to_generation
-            FROM path p JOIN {edge} e ON e.from_chain_id = p.chain_id AND e.first_parent
+            FROM path p JOIN {_EDGE} e ON e.from_chain_id = p.chain_id AND e.first_parent
         )
         SELECT p.chain_id, p.generation, c.root_generation
-        FROM path p JOIN {chain} c ON c.id = p.chain_id ORDER BY p.depth
+        FROM path p JOIN {_CHAIN} c ON c.id = p.chain_id ORDER BY p.depth
     """
     with connection.cursor() as cursor:
         cursor.execute(sql, [start.chain, start.generation])
@@ -404,8 +432,8 @@ def _first_parent_path(start: Point) -> list[tuple[int, int, int]]:
 def _undominated(common: Mapping[int, int]) -> list[tuple[int, int]]:
     """The (chain, generation) tops of the common history that are not ancestors of another.
 
-    Each top's own reach is computed over the edges of the common chains only (its history
-    lies inside the common history), in memory.
+    A top's history lies inside the common history, so its reach is computed in memory over
+    the edges leaving the common chains.
     """
     edges: dict[int, list[tuple[int, int, int]]] = {}
     rows = ChainEdge.objects.filter(from_chain_id__in=list(common)).values_list(
@@ -416,16 +444,18 @@ def _undominated(common: Mapping[int, int]) -> list[tuple[int, int]]:
     tops = list(common.items())
     dominated: set[tuple[int, int]] = set()
     for top in tops:
+        if top in dominated:
+            continue
         reach = _reach_in_memory(top, edges)
-        for other in tops:
-            if other != top and other not in dominated and reach.get(other[0], 0) >= other[1]:
-                dominated.add(other)
+        dominated.update(o for o in tops if o != top and reach.get(o[0], 0) >= o[1])
     return [top for top in tops if top not in dominated]
 
 
 def _reach_in_memory(
     start: tuple[int, int], edges: Mapping[int, list[tuple[int, int, int]]]
 ) -> dict[int, int]:
+    """`_reach` over preloaded edges: visits in descending generation, so each chain is
+    first seen at its highest reachable generation."""
     reach: dict[int, int] = {}
     queue = [(-start[1], start[0])]
     while queue:
@@ -439,8 +469,63 @@ def _reach_in_memory(
     return reach
 
 
-def _points_at(places: Iterable[tuple[int, int]]) -> list[Point]:
-    query = Snapshot.objects.none()
-    for chain, generation in places:
-        query = query | Snapshot.objects.filter(chain_id=chain, generation=generation)
-    return [Point(*row) for row in query.values_list("pk", "snapshot_id", "chain_id", "generation")]
+def _summaries_by_pk(pks: Sequence[int]) -> list[SnapshotSummary]:
+    if not pks:
+        return []
+    marks = ", ".join(["%s"] * len(pks))
+    rows = dict(
+        _summaries(f"SELECT {_SUMMARY_COLUMNS} FROM {_SNAPSHOT} WHERE id IN ({marks})", list(pks))
+    )
+    return [rows[pk] for pk in pks]
+
+
+def _summaries_at(places: Iterable[tuple[int, int]]) -> list[SnapshotSummary]:
+    places = list(places)
+    where = " OR ".join(["(chain_id = %s AND generation = %s)"] * len(places))
+    params = [value for place in places for value in place]
+    return [
+        s
+        for _, s in _summaries(f"SELECT {_SUMMARY_COLUMNS} FROM {_SNAPSHOT} WHERE {where}", params)
+    ]
+
+
+def _summaries(sql: str, params: Sequence[Any]) -> list[tuple[int, SnapshotSummary]]:
+    """Run a SELECT of `_SUMMARY_COLUMNS`; (pk, summary) in result order."""
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return [(row[0], _summary(row)) for row in rows]
+
+
+def _summary(row: Sequence[Any]) -> SnapshotSummary:
+    (_, sid, branch, epoch, kind, p, m, code, config, op, created, gen, parents, *maps) = row
+    offsets, stats, provenance = (_json(value) for value in maps)
+    return SnapshotSummary(
+        snapshot_id=sid,
+        branch=branch,
+        epoch=epoch,
+        kind=kind,
+        parallelism=p,
+        max_parallelism=m,
+        code_version=code,
+        config_hash=config,
+        operation_id=op,
+        created_at=_datetime(created),
+        generation=gen,
+        parent_ids=tuple(_json(parents)),
+        offsets=offsets,
+        stats=stats,
+        provenance=provenance,
+    )
+
+
+def _json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str | bytes) else value
+
+
+def _datetime(value: Any) -> datetime:
+    """Raw SQLite rows carry naive UTC text; PostgreSQL returns aware datetimes."""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    assert isinstance(value, datetime)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

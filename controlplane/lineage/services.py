@@ -180,7 +180,7 @@ def _index_manifests(*, application: Application, items: Sequence[tuple[str, Man
         planner = ChainPlanner(
             new_chain=lambda: next(provisional),
             places={sid: (chain, gen) for sid, (_, chain, gen) in known.items()},
-            tips=tips,
+            tips=dict(tips),  # a copy: `tips` stays what the database holds
         )
         placements = []
         for sid, manifest in todo.items():
@@ -259,6 +259,7 @@ def _snapshot_row(
         offsets={s: dict(parts) for s, parts in manifest.offsets.items()},
         stats=dict(manifest.stats),
         provenance=dict(manifest.provenance),
+        parent_ids=list(manifest.parents),
         parent_count=len(manifest.parents),
         first_parent_id=pks[manifest.parents[0]] if manifest.parents else None,
         generation=placement.generation,

@@ -1,0 +1,530 @@
+"""Lineage index benchmark: `python -m bench.lineage [--snapshots N --branches B --samples S]`.
+
+1. Builds a synthetic lineage (forks, rollbacks, a few merges) of N snapshots over B branches in
+   the index on the configured database (`DATABASE_URL`), placing snapshots on chains with the
+   same code the services use, and bulk-loading rows (COPY on PostgreSQL).
+2. Measures p50/p99 latency of the selectors: first-parent log of 100, full log of 100,
+   an ancestors page of 100, merge base of two branch heads, is-ancestor.
+3. Commits a smaller lineage through `snapshots_store.Repository.commit` into a temporary
+   store, reindexes it into a fresh application and reports snapshots per second.
+
+Progress goes to stderr; the last stdout line is one JSON object. Nothing is compared with a
+fixed figure: the numbers are what this machine measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+BENCH_APPLICATION = "bench-lineage"
+BENCH_REINDEX_APPLICATION = "bench-lineage-reindex"
+BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def log(message: str) -> None:
+    print(f"[bench.lineage {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- the synthetic lineage ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Commit:
+    branch: int
+    parents: tuple[int, ...]
+    kind: str
+
+
+@dataclass(frozen=True)
+class Rollback:
+    branch: int
+    target: int
+
+
+@dataclass
+class SyntheticLineage:
+    """Events in commit order; snapshot i is the i-th Commit event."""
+
+    branches: list[str] = field(default_factory=list)
+    heads: list[int] = field(default_factory=list)
+    first_parent: list[int] = field(default_factory=list)
+    commits: int = 0
+    forks: int = 0
+    rollbacks: int = 0
+    merges: int = 0
+
+
+def synthesize(
+    *,
+    snapshots: int,
+    branches: int,
+    seed: int,
+    rollback_rate: float = 0.002,
+    merge_rate: float = 0.0002,
+) -> Iterator[tuple[SyntheticLineage, Commit | Rollback]]:
+    """Yield (state, event): commits on random branches, forks spread evenly over the run
+    (from a recent snapshot of a random branch), rollbacks of 1..30 commits, rare merges."""
+    rng = random.Random(seed)
+    state = SyntheticLineage()
+    fork_every = max(1, snapshots // max(1, branches))
+
+    def back(snapshot: int, steps: int) -> int:
+        for _ in range(steps):
+            parent = state.first_parent[snapshot]
+            if parent < 0:
+                break
+            snapshot = parent
+        return snapshot
+
+    def commit(branch: int, parents: tuple[int, ...], kind: str) -> Commit:
+        index = state.commits
+        state.commits += 1
+        state.first_parent.append(parents[0] if parents else -1)
+        state.heads[branch] = index
+        return Commit(branch, parents, kind)
+
+    state.branches.append("main")
+    state.heads.append(-1)
+    yield state, commit(0, (), "initial")
+    while state.commits < snapshots:
+        n_branches = len(state.branches)
+        if n_branches < branches and state.commits % fork_every == 0:
+            source = back(state.heads[rng.randrange(n_branches)], rng.randint(0, 20))
+            state.branches.append(f"b{n_branches:05d}")
+            state.heads.append(source)
+            state.forks += 1
+            yield state, commit(n_branches, (source,), "fork")
+            continue
+        branch = rng.randrange(n_branches)
+        head = state.heads[branch]
+        roll = rng.random()
+        if roll < rollback_rate:
+            target = back(head, rng.randint(1, 30))
+            if target != head:
+                state.rollbacks += 1
+                state.heads[branch] = target
+                yield state, Rollback(branch, target)
+                continue
+        if roll > 1 - merge_rate and n_branches > 1:
+            other = state.heads[rng.randrange(n_branches)]
+            if other != head:
+                state.merges += 1
+                yield state, commit(branch, (head, other), "epoch")
+                continue
+        kind = "rescale" if rng.random() < 0.01 else "epoch"
+        yield state, commit(branch, (head,), kind)
+
+
+def synthetic_id(index: int, salt: str) -> str:
+    return hashlib.sha256(f"{salt}:{index}".encode()).hexdigest()
+
+
+# -- bulk load into the index ---------------------------------------------------------------
+
+
+def build_index(*, snapshots: int, branches: int, seed: int) -> dict[str, Any]:
+    """Replace the bench application's index with a synthetic lineage; returns facts."""
+    from django.db import connection, transaction
+
+    from controlplane.applications.models import Application
+    from controlplane.lineage.chains import ChainPlanner
+    from controlplane.lineage.models import Branch, Chain, ChainEdge, Snapshot, SnapshotParent
+
+    started = time.monotonic()
+    _drop_application(BENCH_APPLICATION)
+    application = Application.objects.create(
+        name=BENCH_APPLICATION, store_namespace=BENCH_APPLICATION, max_parallelism=128
+    )
+    snap_base = _next_id(Snapshot)
+    chain_base = _next_id(Chain)
+    chain_counter = iter(range(chain_base, chain_base + snapshots + 1))
+    planner = ChainPlanner(new_chain=lambda: next(chain_counter))
+    snapshot_rows: list[tuple[Any, ...]] = []
+    parent_rows: list[tuple[int, int, int]] = []
+    edge_rows: list[tuple[int, int, int, int, bool]] = []
+    chain_roots: dict[int, int] = {}
+    epochs: list[int] = []
+    state: SyntheticLineage | None = None
+    for state, event in synthesize(snapshots=snapshots, branches=branches, seed=seed):
+        if isinstance(event, Rollback):
+            continue
+        index = len(epochs)
+        pk = snap_base + index
+        epoch = epochs[event.parents[0]] + 1 if event.parents else 0
+        epochs.append(epoch)
+        placement = planner.place(index, event.parents)
+        if placement.opens_chain:
+            chain_roots[placement.chain] = placement.generation
+        created = BASE_TIME + timedelta(milliseconds=index)
+        snapshot_rows.append(
+            (
+                pk,
+                application.pk,
+                synthetic_id(index, BENCH_APPLICATION),
+                state.branches[event.branch],
+                epoch,
+                event.kind,
+                4,
+                128,
+                "v1",
+                "cfg",
+                "",
+                created,
+                json.dumps({"src": {"0": epoch * 100}}),
+                json.dumps({"records_in": 100, "records_out": 100}),
+                "{}",
+                json.dumps([synthetic_id(p, BENCH_APPLICATION) for p in event.parents]),
+                len(event.parents),
+                snap_base + event.parents[0] if event.parents else None,
+                placement.generation,
+                placement.chain,
+            )
+        )
+        parent_rows.extend(
+            (pk, snap_base + parent, position) for position, parent in enumerate(event.parents)
+        )
+        edge_rows.extend(
+            (e.from_chain, e.from_generation, e.to_chain, e.to_generation, e.first_parent)
+            for e in placement.edges
+        )
+        if index % 100_000 == 0:
+            log(f"synthesized {index:,} snapshots")
+    assert state is not None
+    chain_rows = [
+        (chain, application.pk, root, planner.tips[chain]) for chain, root in chain_roots.items()
+    ]
+    branch_rows = [
+        (application.pk, name, snap_base + head, 1)
+        for name, head in zip(state.branches, state.heads, strict=True)
+    ]
+    synth_s = time.monotonic() - started
+    log(
+        f"synthesized {len(snapshot_rows):,} snapshots, {len(chain_rows):,} chains, "
+        f"{len(edge_rows):,} chain edges, {state.forks} forks, {state.rollbacks} rollbacks, "
+        f"{state.merges} merges in {synth_s:.1f}s; loading"
+    )
+    snapshot_cols = [
+        "id",
+        "application_id",
+        "snapshot_id",
+        "branch",
+        "epoch",
+        "kind",
+        "parallelism",
+        "max_parallelism",
+        "code_version",
+        "config_hash",
+        "operation_id",
+        "created_at",
+        "offsets",
+        "stats",
+        "provenance",
+        "parent_ids",
+        "parent_count",
+        "first_parent_id",
+        "generation",
+        "chain_id",
+    ]
+    with transaction.atomic():
+        _load(Chain, ["id", "application_id", "root_generation", "tip_generation"], chain_rows)
+        _load(Snapshot, snapshot_cols, snapshot_rows)
+        _load(SnapshotParent, ["child_id", "parent_id", "position"], parent_rows)
+        _load(
+            ChainEdge,
+            ["from_chain_id", "from_generation", "to_chain_id", "to_generation", "first_parent"],
+            edge_rows,
+        )
+        _load(Branch, ["application_id", "name", "head_id", "reflog_seq"], branch_rows)
+        _sync_sequences(Chain, Snapshot)
+    if connection.vendor == "postgresql":
+        log("ANALYZE")
+        with connection.cursor() as cursor:
+            for model in (Chain, Snapshot, SnapshotParent, ChainEdge, Branch):
+                cursor.execute(f"ANALYZE {model._meta.db_table}")
+    build_s = time.monotonic() - started
+    log(f"index built in {build_s:.1f}s")
+    return {
+        "application": application,
+        "branch_names": list(state.branches),
+        "snapshot_ids": [row[2] for row in snapshot_rows],
+        "chains": len(chain_rows),
+        "chain_edges": len(edge_rows),
+        "forks": state.forks,
+        "rollbacks": state.rollbacks,
+        "merges": state.merges,
+        "build_s": build_s,
+    }
+
+
+def _drop_application(name: str) -> None:
+    """Remove an application and its index quickly (raw deletes, children first)."""
+    from django.db import connection, transaction
+
+    from controlplane.applications.models import Application
+    from controlplane.lineage.models import (
+        Branch,
+        Chain,
+        ChainEdge,
+        ReflogEntry,
+        Snapshot,
+        SnapshotParent,
+        Tag,
+    )
+
+    app = Application.objects.filter(name=name).first()
+    if app is None:
+        return
+    log(f"dropping the previous {name!r} index")
+    t = {m: m._meta.db_table for m in (Branch, Chain, ChainEdge, ReflogEntry, Snapshot, Tag)}
+    parent_table = SnapshotParent._meta.db_table
+    with transaction.atomic(), connection.cursor() as cursor:
+        for model in (Branch, Tag, ReflogEntry):
+            cursor.execute(f"DELETE FROM {t[model]} WHERE application_id = %s", [app.pk])
+        cursor.execute(
+            f"DELETE FROM {parent_table} WHERE child_id IN "
+            f"(SELECT id FROM {t[Snapshot]} WHERE application_id = %s)",
+            [app.pk],
+        )
+        cursor.execute(
+            f"DELETE FROM {t[ChainEdge]} WHERE from_chain_id IN "
+            f"(SELECT id FROM {t[Chain]} WHERE application_id = %s)",
+            [app.pk],
+        )
+        # Foreign keys are checked at commit (deferred), so the order inside is free.
+        cursor.execute(f"DELETE FROM {t[Snapshot]} WHERE application_id = %s", [app.pk])
+        cursor.execute(f"DELETE FROM {t[Chain]} WHERE application_id = %s", [app.pk])
+        app.delete()
+
+
+def _next_id(model: Any) -> int:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {model._meta.db_table}")
+        return int(cursor.fetchone()[0])
+
+
+def _load(model: Any, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
+    """COPY rows in on PostgreSQL; executemany in chunks elsewhere."""
+    from django.db import connection
+
+    table = model._meta.db_table
+    started = time.monotonic()
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            raw = cursor.cursor  # the psycopg cursor under Django's wrapper
+            with raw.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            marks = ", ".join(["%s"] * len(columns))
+            sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+            for start in range(0, len(rows), 10_000):
+                cursor.executemany(sql, rows[start : start + 10_000])
+    log(f"loaded {len(rows):,} rows into {table} in {time.monotonic() - started:.1f}s")
+
+
+def _sync_sequences(*models: Any) -> None:
+    """After inserting explicit ids, move PostgreSQL's id sequences past them."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        for model in models:
+            table = model._meta.db_table
+            cursor.execute(
+                f"SELECT setval(pg_get_serial_sequence(%s, 'id'), "
+                f"(SELECT COALESCE(MAX(id), 1) FROM {table}))",
+                [table],
+            )
+
+
+# -- measuring ------------------------------------------------------------------------------
+
+
+def timed(calls: list[Callable[[], object]]) -> dict[str, float]:
+    """p50/p99 in ms over `calls` (after a short warm-up with the first few)."""
+    for call in calls[:20]:
+        call()
+    durations: list[float] = []
+    for call in calls:
+        started = time.perf_counter()
+        call()
+        durations.append((time.perf_counter() - started) * 1000)
+    durations.sort()
+    return {
+        "p50": statistics.median(durations),
+        "p99": durations[min(len(durations) - 1, int(len(durations) * 0.99))],
+    }
+
+
+def measure(facts: dict[str, Any], *, samples: int, seed: int) -> dict[str, float]:
+    """Selector latencies from random starts: half branch heads, half snapshots anywhere."""
+    from functools import partial
+
+    from controlplane.lineage import selectors
+
+    app = facts["application"]
+    rng = random.Random(seed + 1)
+    ids: list[str] = facts["snapshot_ids"]
+    heads = [f"heads/{name}" for name in facts["branch_names"]]
+    revs = [
+        heads[rng.randrange(len(heads))] if i % 2 else ids[rng.randrange(len(ids))]
+        for i in range(samples + 1)
+    ]
+    pairs = list(zip(revs, revs[1:] + revs[:1], strict=True))[:samples]
+    revs = revs[:samples]
+    cases: dict[str, list[Callable[[], object]]] = {
+        "log100": [
+            partial(selectors.snapshot_log, application=app, rev=r, first_parent=True, limit=100)
+            for r in revs
+        ],
+        "log100_full": [
+            partial(selectors.snapshot_log, application=app, rev=r, limit=100) for r in revs
+        ],
+        "ancestors": [
+            partial(selectors.snapshot_ancestors, application=app, rev=r, limit=100) for r in revs
+        ],
+        "merge_base": [
+            partial(selectors.snapshot_merge_base, application=app, a=a, b=b) for a, b in pairs
+        ],
+        "is_ancestor": [
+            partial(selectors.snapshot_is_ancestor, application=app, ancestor=a, descendant=b)
+            for a, b in pairs
+        ],
+    }
+    results: dict[str, float] = {}
+    for name, calls in cases.items():
+        stats = timed(calls)
+        results[f"{name}_p50_ms"] = round(stats["p50"], 3)
+        results[f"{name}_p99_ms"] = round(stats["p99"], 3)
+        log(f"{name}: p50 {stats['p50']:.2f} ms, p99 {stats['p99']:.2f} ms")
+    return results
+
+
+# -- reindex throughput from a real store ---------------------------------------------------
+
+
+def measure_reindex(*, snapshots: int, branches: int, seed: int) -> dict[str, float]:
+    from controlplane.applications.models import Application
+    from controlplane.lineage.services import reindex_application
+    from snapshots_store import Manifest, Repository
+    from snapshots_store.codec import format_timestamp
+
+    with tempfile.TemporaryDirectory(prefix="bench-lineage-store-") as root:
+        repo = Repository.open(f"file://{root}", "bench")
+        ids: list[str] = []
+        epochs: list[int] = []
+        started = time.monotonic()
+        for state, event in synthesize(snapshots=snapshots, branches=branches, seed=seed):
+            name = state.branches[event.branch]
+            if isinstance(event, Rollback):
+                current = repo.read_ref(f"heads/{name}")
+                assert current is not None
+                repo.cas_ref(f"heads/{name}", current.target, ids[event.target], reason="rollback")
+                continue
+            index = len(ids)
+            parents = tuple(ids[p] for p in event.parents)
+            epoch = epochs[event.parents[0]] + 1 if event.parents else 0
+            epochs.append(epoch)
+            manifest = Manifest(
+                branch=name,
+                epoch=epoch,
+                parents=parents,
+                max_parallelism=128,
+                parallelism=4,
+                kind=event.kind,
+                offsets={"src": {"0": epoch * 100}},
+                stats={"records_in": 100},
+                created_at=format_timestamp(BASE_TIME + timedelta(milliseconds=index)),
+            )
+            current = repo.read_ref(f"heads/{name}")
+            expected = current.target if current is not None else None
+            ids.append(repo.commit(manifest, name, expected_head=expected, reason="epoch"))
+            if index % 5000 == 0:
+                log(f"store: committed {index:,} snapshots")
+        commit_s = time.monotonic() - started
+        log(f"store: {len(ids):,} commits in {commit_s:.1f}s; reindexing")
+        _drop_application(BENCH_REINDEX_APPLICATION)
+        application = Application.objects.create(
+            name=BENCH_REINDEX_APPLICATION, store_namespace="bench", max_parallelism=128
+        )
+        fresh = Repository.open(f"file://{root}", "bench")  # cold manifest cache
+        result = reindex_application(application=application, repo=fresh)
+        again = reindex_application(application=application, repo=fresh)
+        _drop_application(BENCH_REINDEX_APPLICATION)
+    log(
+        f"reindex: {result.snapshots_added:,} snapshots in {result.seconds:.1f}s "
+        f"({result.snapshots_per_s:,.0f}/s); no-op reindex {again.seconds:.2f}s"
+    )
+    return {
+        "reindex_snapshots": result.snapshots_added,
+        "reindex_seconds": round(result.seconds, 3),
+        "reindex_snapshots_per_s": round(result.snapshots_per_s, 1),
+        "reindex_noop_seconds": round(again.seconds, 3),
+        "store_commits_per_s": round(len(ids) / commit_s, 1),
+    }
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.lineage", description=__doc__)
+    parser.add_argument("--snapshots", type=int, default=1_000_000)
+    parser.add_argument("--branches", type=int, default=1000)
+    parser.add_argument("--samples", type=int, default=2000)
+    parser.add_argument("--reindex-snapshots", type=int, default=20_000)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keep", action="store_true", help="keep the synthetic index afterwards")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection
+
+    call_command("migrate", verbosity=0)
+    log(f"database: {connection.vendor}; building {args.snapshots:,} snapshots")
+    facts = build_index(snapshots=args.snapshots, branches=args.branches, seed=args.seed)
+    results: dict[str, Any] = {
+        "snapshots": len(facts["snapshot_ids"]),
+        "branches": len(facts["branch_names"]),
+        "forks": facts["forks"],
+        "rollbacks": facts["rollbacks"],
+        "merges": facts["merges"],
+        "chains": facts["chains"],
+        "chain_edges": facts["chain_edges"],
+        "database": connection.vendor,
+        "build_seconds": round(facts["build_s"], 1),
+        "samples": args.samples,
+        "page_size": 100,
+    }
+    results.update(measure(facts, samples=args.samples, seed=args.seed))
+    if not args.keep:
+        _drop_application(BENCH_APPLICATION)
+    reindex_branches = max(1, args.branches * args.reindex_snapshots // max(1, args.snapshots))
+    results.update(
+        measure_reindex(snapshots=args.reindex_snapshots, branches=reindex_branches, seed=args.seed)
+    )
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
