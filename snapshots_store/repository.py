@@ -208,7 +208,7 @@ class Repository:
         """Write `manifest`, then CAS ``heads/<branch>`` from `expected_head` to it.
 
         The CAS is the commit point: a crash before it leaves only unreferenced objects.
-        Parents must already be stored. Returns the new snapshot id. Idempotent: when the
+        Parents must be stored, valid manifests. Returns the new snapshot id. Idempotent: when the
         branch already points at this very manifest (a retry after a commit whose CAS
         succeeded), the id is returned and nothing is written to the reflog.
         """
@@ -222,8 +222,12 @@ class Repository:
                 "branch", f"is {manifest.branch!r} but the commit targets branch {branch!r}"
             )
         for parent in manifest.parents:
-            if not self.has_object(parent):
-                raise ObjectNotFoundError(parent, "parent of the manifest being committed")
+            try:
+                self.read_manifest(parent)  # stored, sound, a manifest (usually cached)
+            except ObjectNotFoundError:
+                raise ObjectNotFoundError(
+                    parent, "parent of the manifest being committed"
+                ) from None
         snapshot_id = self.write_manifest(manifest)
         try:
             self.refs.cas(

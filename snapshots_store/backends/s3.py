@@ -6,16 +6,17 @@ create a key only if absent, ``If-Match: <etag>`` to replace it only if unchange
 version token is the ETag.
 
 A server that silently ignores those headers would turn every CAS into a blind overwrite
-(lost updates). So before its first conditional write each `S3Backend` probes the server
-under ``<prefix>/.epochal-probe/``; if a conditional write that must fail succeeds, every
-conditional write raises `StoreConfigError` and nothing is written through it.
-Unconditional writes (`put`, used for content-addressed objects whose bytes are fixed by
-their key) stay safe on such a server; refs, reflog and control documents do not, and the
-store refuses to move them.
+(lost updates). So before the first conditional write to a bucket and prefix, each
+process probes the server under ``<prefix>/.epochal-probe/``; if a conditional write that
+must fail succeeds, every conditional write raises `StoreConfigError` and nothing is
+written through it. Unconditional writes (`put`, used for content-addressed objects whose
+bytes are fixed by their key) stay safe on such a server; refs, reflog and control
+documents do not, and the store refuses to move them.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Iterator
@@ -60,17 +61,8 @@ class S3Backend:
             check_key(self.prefix)
         query = f"?endpoint_url={endpoint_url}" if endpoint_url else ""
         self.url = f"s3://{bucket}/{self.prefix}{query}"
-        self._client = client or boto3.client(
-            "s3",
-            endpoint_url=endpoint_url,
-            region_name=region or "us-east-1",
-            config=Config(
-                retries={"max_attempts": 5, "mode": "standard"},
-                s3={"addressing_style": "path"} if endpoint_url else None,
-            ),
-        )
-        self._probe_lock = threading.Lock()
-        self._conditional_ok: bool | None = None
+        self._client = client or _shared_client(endpoint_url, region or "us-east-1")
+        self._probe_key = (os.getpid(), endpoint_url, bucket, self.prefix)
 
     def _full(self, key: str) -> str:
         check_key(key)
@@ -181,11 +173,17 @@ class S3Backend:
 
     # -- capability probe ----------------------------------------------------------------
 
+    @property
+    def conditional_writes_ok(self) -> bool | None:
+        """Result of the probe (None: not probed yet in this process)."""
+        return _PROBED.get(self._probe_key)
+
     def _require_conditional_writes(self) -> None:
-        with self._probe_lock:
-            if self._conditional_ok is None:
-                self._conditional_ok = self._probe()
-        if not self._conditional_ok:
+        if self.conditional_writes_ok is None:
+            with _LOCK:
+                if self.conditional_writes_ok is None:
+                    _PROBED[self._probe_key] = self._probe()
+        if not self.conditional_writes_ok:
             raise StoreConfigError(
                 f"the S3 server behind {self.url} ignores conditional writes (If-None-Match / "
                 f"If-Match); refs cannot be moved safely there. Use AWS S3, a recent MinIO or "
@@ -205,6 +203,31 @@ class S3Backend:
             return self._put(key, b"3", IfMatch=stale) is None
         finally:
             self.delete(key)
+
+
+_LOCK = threading.Lock()
+_CLIENTS: dict[tuple[int, str | None, str], Any] = {}
+_PROBED: dict[tuple[int, str | None, str, str], bool] = {}
+
+
+def _shared_client(endpoint_url: str | None, region: str) -> Any:
+    """One boto3 client per process, endpoint and region: clients are thread-safe but
+    expensive to create, and must not cross a fork (the key includes the pid)."""
+    key = (os.getpid(), endpoint_url, region)
+    with _LOCK:
+        client = _CLIENTS.get(key)
+        if client is None:
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint_url,
+                region_name=region,
+                config=Config(
+                    retries={"max_attempts": 5, "mode": "standard"},
+                    s3={"addressing_style": "path"} if endpoint_url else None,
+                ),
+            )
+            _CLIENTS[key] = client
+        return client
 
 
 def _utc(moment: datetime) -> datetime:

@@ -8,6 +8,7 @@ import pytest
 
 from snapshots_store import (
     InvalidNameError,
+    MalformedManifestError,
     ObjectNotFoundError,
     RefConflictError,
     RefNotFoundError,
@@ -321,3 +322,10 @@ def test_spuriously_refused_cas_and_control_writes_are_retried(store_url: str) -
     backend.refusals = 0
     v2 = repo.write_control("main", {"p": 2}, v1)
     assert repo.read_control("main") == ({"p": 2}, v2)
+
+
+def test_commit_refuses_a_parent_that_is_not_a_manifest(repo: Repository) -> None:
+    chunk = repo.put_object("chunk", b"not a snapshot")
+    with pytest.raises(MalformedManifestError, match="not a manifest"):
+        repo.commit(manifest(parents=(chunk,)), "main", expected_head=None, reason="x")
+    assert repo.list_refs() == {}

@@ -100,7 +100,7 @@ def test_probe_passes_on_moto_and_leaves_nothing_behind(s3_url: str) -> None:
     backend = open_backend(s3_url)
     assert isinstance(backend, S3Backend)
     assert backend.put_if_absent("k", b"v") is not None
-    assert backend._conditional_ok is True
+    assert backend.conditional_writes_ok is True
     assert [info.key for info in backend.list("")] == ["k"]
 
 
