@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 from snapshots_store.errors import InvalidNameError
 
@@ -99,7 +100,9 @@ class PrefixedBackend:
         check_key(prefix)
         self.inner = inner
         self.prefix = prefix.rstrip("/") + "/"
-        self.url = f"{inner.url.rstrip('/')}/{prefix}"
+        parts = urlsplit(inner.url)
+        path = f"{parts.path.rstrip('/')}/{self.prefix.rstrip('/')}"
+        self.url = urlunsplit(parts._replace(path=path))
 
     def _k(self, key: str) -> str:
         return self.prefix + check_key(key)
