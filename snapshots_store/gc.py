@@ -4,9 +4,12 @@ Roots: every live ref (branches and tags) and every reflog entry (its old and ne
 newer than the retention window. Everything reachable from a root through parents, chunks
 and outputs is kept. An unreachable object is removed only if it is older than the grace
 period — objects of an in-flight commit (written, not yet committed by CAS) are young —
-and objects written after gc started are never removed. Leftover temp files of killed
-writers are removed after the same grace period. gc refuses to delete anything when a
-reachable manifest is missing or corrupt (it could not know what that manifest protects).
+and objects written after gc started are never removed. `put_object` rewrites an existing
+object older than an hour, so keep the grace period above that (default 24 h) whenever
+writers may be running; grace 0 is only for a store nobody writes to. Leftover temp files
+of killed writers are removed after the same grace period. gc refuses to delete anything
+when a reachable manifest is missing or corrupt (it could not know what that manifest
+protects).
 """
 
 from __future__ import annotations
@@ -172,8 +175,17 @@ def collect(repo: Repository, *, retention: timedelta, grace: timedelta, dry_run
         if info.mtime < young_after:
             removed.append(GcItem(info.key, None, info.size, info.mtime, "partial write"))
     if not dry_run:
+        deleted: list[GcItem] = []
         for item in removed:
+            # Re-check just before deleting: a writer may have refreshed the object since
+            # the listing (put_object rewrites an old object it re-uses).
+            now = repo.backend.stat(item.key)
+            if now is not None and now.mtime >= young_after:
+                kept_young += 1
+                continue
             repo.backend.delete(item.key)
+            deleted.append(item)
+        removed = deleted
     return GcReport(
         dry_run=dry_run,
         started_at=started,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from snapshots_store import Repository, StoreError
+from snapshots_store.backends import KeyInfo, PrefixedBackend, open_backend
 from snapshots_store.objects import object_key
 
 from .helpers import commit_chain, listing, manifest
@@ -173,3 +175,20 @@ def test_gc_after_a_shorter_retention_run_is_not_blocked(
     report = cold.gc(retention=timedelta(days=7), grace=timedelta(0))
     assert report.reflog_roots_gone == 2 and report.removed == ()
     assert cold.fsck().ok
+
+
+class _StaleListingBackend(PrefixedBackend):
+    """Lists every object as a day old, as a listing taken before a writer refreshed it."""
+
+    def list(self, prefix: str) -> Iterator[KeyInfo]:
+        for info in super().list(prefix):
+            yield KeyInfo(info.key, info.size, info.mtime - timedelta(days=1))
+
+
+def test_object_refreshed_after_the_listing_is_not_removed(store_url: str) -> None:
+    repo = Repository(_StaleListingBackend(open_backend(store_url), "app"))
+    commit_chain(repo, 1)
+    reused = repo.put_object("chunk", b"re-used by an in-flight commit")
+    report = repo.gc(retention=timedelta(0), grace=timedelta(hours=1))
+    assert report.removed == () and report.kept_young == 1
+    assert repo.has_object(reused)
