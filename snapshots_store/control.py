@@ -58,11 +58,15 @@ class ControlStore:
         """Replace the document if its version is still `expected_version` (None = absent)."""
         check_branch_name(branch)
         if not isinstance(doc, dict) or not all(isinstance(k, str) for k in doc):
-            raise InvalidNameError(repr(doc), "a control document is a JSON object")
+            raise InvalidNameError(
+                control_key(branch), "the control document must be a JSON object (a dict)"
+            )
         try:
             canonical_json(doc)
         except (TypeError, ValueError) as exc:
-            raise InvalidNameError(repr(doc), f"a control document is plain JSON ({exc})") from None
+            raise InvalidNameError(
+                control_key(branch), f"the control document must be plain JSON ({exc})"
+            ) from None
         _, generation, version = self._read(branch)
         if version != expected_version:
             raise ControlConflictError(branch, expected_version, version)

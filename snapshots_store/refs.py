@@ -117,7 +117,7 @@ class RefStore:
             if value is not None:
                 check_object_id(value)
         if not isinstance(reason, str):
-            raise InvalidNameError(repr(reason), "a reflog reason is a string")
+            raise TypeError(f"the reason for moving {name} must be a string, not {reason!r}")
         current = self.read_document(name)
         for _ in range(_ATTEMPTS):
             actual = None if current is None else current.target

@@ -81,7 +81,7 @@ class Repository:
         """Store bytes of a kind (chunk, output, manifest, blob); idempotent, returns the id."""
         check_kind(kind)
         if not isinstance(payload, bytes | bytearray | memoryview):
-            raise InvalidNameError(type(payload).__name__, "an object payload is bytes")
+            raise TypeError(f"an object payload is bytes, not {type(payload).__name__}")
         return self.objects.put(kind, bytes(payload))
 
     def get_object(self, object_id: str) -> bytes:

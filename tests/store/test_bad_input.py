@@ -121,10 +121,12 @@ def test_malformed_manifest_bytes_cannot_become_a_ref_target(
 def test_non_manifest_commit_and_non_bytes_payloads(repo: Repository, local_root: Path) -> None:
     with pytest.raises(MalformedManifestError):
         repo.commit({"epoch": 1}, "main", expected_head=None, reason="x")  # type: ignore[arg-type]
-    with pytest.raises(InvalidNameError, match="bytes"):
+    with pytest.raises(TypeError, match="bytes"):
         repo.put_object("chunk", "text")  # type: ignore[arg-type]
-    with pytest.raises(InvalidNameError):
+    with pytest.raises(InvalidNameError, match=r"control/main.*plain JSON"):
         repo.write_control("main", {"bad": object()}, None)
+    with pytest.raises(InvalidNameError, match="JSON object"):
+        repo.write_control("main", ["not", "an", "object"], None)  # type: ignore[arg-type]
     assert listing(local_root) == {}
 
 
