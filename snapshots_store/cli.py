@@ -38,6 +38,12 @@ def parse_duration(text: str) -> timedelta:
     return sum((timedelta(**{_UNITS[u]: int(n)}) for n, u in parts), timedelta(0))
 
 
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count (0, 1, 2 …)")
+    return int(text)
+
+
 def _format_duration(value: timedelta) -> str:
     seconds = int(value.total_seconds())
     if seconds % 86400 == 0:
@@ -79,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     log = sub.add_parser("log", help="history of a revision, newest first")
     log.add_argument("rev", nargs="?", default="main", help="revision (default: main)")
     log.add_argument("--first-parent", action="store_true", help="follow first parents only")
-    log.add_argument("-n", "--limit", type=int, default=None, help="show at most N snapshots")
+    log.add_argument("-n", "--limit", type=_count, default=None, help="show at most N snapshots")
 
     show = sub.add_parser("show", help="one snapshot's manifest")
     show.add_argument("rev")
@@ -93,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     reflog = sub.add_parser("reflog", help="every move of a ref, oldest first")
     reflog.add_argument("ref", help="heads/<branch>, tags/<tag> or a branch name")
-    reflog.add_argument("-n", "--limit", type=int, default=None, help="only the latest N moves")
+    reflog.add_argument("-n", "--limit", type=_count, default=None, help="only the latest N moves")
 
     resolve = sub.add_parser("resolve", help="print the snapshot id a revision names")
     resolve.add_argument("rev")
@@ -320,3 +326,6 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
         return EXIT_ERROR
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130

@@ -149,6 +149,8 @@ def test_errors_exit_non_zero_with_a_clear_message(store_url: str, history: list
     assert out.returncode == 1 and "unsupported scheme" in out.stderr
     out = run(store_url, "gc", "--grace", "soon")
     assert out.returncode == 2 and "not a duration" in out.stderr
+    out = run(store_url, "log", "-n", "-1")
+    assert out.returncode == 2 and "not a count" in out.stderr
     out = run(store_url, "frobnicate")
     assert out.returncode == 2
 
