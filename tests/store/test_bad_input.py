@@ -20,6 +20,7 @@ from snapshots_store import (
     UnknownRevisionError,
     open_backend,
 )
+from snapshots_store.backends import LocalBackend
 
 from .helpers import commit_chain, listing, manifest
 
@@ -150,6 +151,12 @@ def test_relative_file_url_is_relative_to_cwd(tmp_path: Path, monkeypatch: Any) 
     repo = Repository.open("file://var/store", "app")
     commit_chain(repo, 1)
     assert (tmp_path / "var" / "store" / "app" / "refs" / "heads" / "main").is_file()
+
+
+def test_plain_path_is_a_local_store(tmp_path: Path) -> None:
+    backend = open_backend(str(tmp_path / "plain"))
+    assert isinstance(backend, LocalBackend)
+    assert backend.root == tmp_path / "plain"
 
 
 def test_missing_s3_bucket_is_a_config_error(s3_endpoint: str) -> None:

@@ -82,6 +82,10 @@ def reflog_gap(repo: Repository, h: dict[str, str]) -> None:
     repo.backend.delete(entry_key("heads/main", 2))
 
 
+def garbage_reflog_entry(repo: Repository, h: dict[str, str]) -> None:
+    repo.backend.put(entry_key("heads/main", 1), b"\x00garbage")
+
+
 def bad_ref_document(repo: Repository, h: dict[str, str]) -> None:
     repo.backend.put("refs/tags/garbage", b"{not json")
 
@@ -121,6 +125,7 @@ FAULTS: dict[str, tuple[Callable[[Repository, dict[str, str]], None], dict[str, 
     ),
     "reflog gap": (reflog_gap, {"kind": "reflog-gap", "ref": "heads/main"}),
     "bad ref document": (bad_ref_document, {"kind": "bad-ref", "ref": "tags/garbage"}),
+    "garbage reflog entry": (garbage_reflog_entry, {"kind": "bad-reflog", "ref": "heads/main"}),
 }
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from snapshots_store import (
     CorruptObjectError,
+    InvalidNameError,
     ObjectNotFoundError,
     RefConflictError,
     Repository,
@@ -103,3 +104,14 @@ def test_gc_and_fsck(any_repo: Repository) -> None:
     assert [(p.kind, p.snapshot_id, p.object_id) for p in problems] == [
         ("missing-object", ids[1], chunk)
     ]
+
+
+def test_a_ref_cannot_also_be_a_directory_of_refs(any_repo: Repository) -> None:
+    (a,) = commit_chain(any_repo, 1)
+    any_repo.cas_ref("heads/team", None, a, reason="x")
+    with pytest.raises(InvalidNameError, match="conflicts with existing ref heads/team"):
+        any_repo.cas_ref("heads/team/feature", None, a, reason="x")
+    any_repo.cas_ref("tags/rel/1", None, a, reason="x")
+    with pytest.raises(InvalidNameError, match="conflicts with existing ref tags/rel/1"):
+        any_repo.cas_ref("tags/rel", None, a, reason="x")
+    assert set(any_repo.list_refs()) == {"heads/main", "heads/team", "tags/rel/1"}
