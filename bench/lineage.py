@@ -135,121 +135,115 @@ def synthetic_id(index: int, salt: str) -> str:
 
 
 def build_index(*, snapshots: int, branches: int, seed: int) -> dict[str, Any]:
-    """Replace the bench application's index with a synthetic lineage; returns facts."""
+    """Replace the bench application's index with a synthetic lineage; returns facts.
+
+    Placement uses the services' `ChainPlanner`; rows go in through the services' bulk
+    writer (COPY on PostgreSQL) with reserved keys, in the services' column order.
+    """
     from django.db import connection, transaction
 
     from controlplane.applications.models import Application
+    from controlplane.lineage.bulk import insert_rows, reserve_ids
     from controlplane.lineage.chains import ChainPlanner
     from controlplane.lineage.models import Branch, Chain, ChainEdge, Snapshot, SnapshotParent
+    from controlplane.lineage.services import (
+        CHAIN_COLUMNS,
+        EDGE_COLUMNS,
+        PARENT_COLUMNS,
+        SNAPSHOT_COLUMNS,
+        edge_row,
+    )
 
     started = time.monotonic()
     _drop_application(BENCH_APPLICATION)
     application = Application.objects.create(
         name=BENCH_APPLICATION, store_namespace=BENCH_APPLICATION, max_parallelism=128
     )
-    snap_base = _next_id(Snapshot)
-    chain_base = _next_id(Chain)
-    chain_counter = iter(range(chain_base, chain_base + snapshots + 1))
-    planner = ChainPlanner(new_chain=lambda: next(chain_counter))
-    snapshot_rows: list[tuple[Any, ...]] = []
-    parent_rows: list[tuple[int, int, int]] = []
-    edge_rows: list[tuple[int, int, int, int, bool]] = []
-    chain_roots: dict[int, int] = {}
-    epochs: list[int] = []
+    commits: list[Commit] = []
     state: SyntheticLineage | None = None
-    for state, event in synthesize(snapshots=snapshots, branches=branches, seed=seed):
-        if isinstance(event, Rollback):
-            continue
-        index = len(epochs)
-        pk = snap_base + index
-        epoch = epochs[event.parents[0]] + 1 if event.parents else 0
-        epochs.append(epoch)
-        placement = planner.place(index, event.parents)
-        if placement.opens_chain:
-            chain_roots[placement.chain] = placement.generation
-        created = BASE_TIME + timedelta(milliseconds=index)
-        snapshot_rows.append(
-            (
-                pk,
-                application.pk,
-                synthetic_id(index, BENCH_APPLICATION),
-                state.branches[event.branch],
-                epoch,
-                event.kind,
-                4,
-                128,
-                "v1",
-                "cfg",
-                "",
-                created,
-                json.dumps({"src": {"0": epoch * 100}}),
-                json.dumps({"records_in": 100, "records_out": 100}),
-                "{}",
-                json.dumps([synthetic_id(p, BENCH_APPLICATION) for p in event.parents]),
-                len(event.parents),
-                snap_base + event.parents[0] if event.parents else None,
-                placement.generation,
-                placement.chain,
-            )
-        )
-        parent_rows.extend(
-            (pk, snap_base + parent, position) for position, parent in enumerate(event.parents)
-        )
-        edge_rows.extend(
-            (e.from_chain, e.from_generation, e.to_chain, e.to_generation, e.first_parent)
-            for e in placement.edges
-        )
-        if index % 100_000 == 0:
-            log(f"synthesized {index:,} snapshots")
+    for current, event in synthesize(snapshots=snapshots, branches=branches, seed=seed):
+        state = current
+        if isinstance(event, Commit):
+            commits.append(event)
     assert state is not None
-    chain_rows = [
-        (chain, application.pk, root, planner.tips[chain]) for chain, root in chain_roots.items()
-    ]
-    branch_rows = [
-        (application.pk, name, snap_base + head, 1)
-        for name, head in zip(state.branches, state.heads, strict=True)
-    ]
-    synth_s = time.monotonic() - started
+    ids = [synthetic_id(i, BENCH_APPLICATION) for i in range(len(commits))]
+    provisional = iter(range(1, len(commits) + 1))
+    planner = ChainPlanner(new_chain=lambda: next(provisional))
+    placements = [planner.place(i, c.parents) for i, c in enumerate(commits)]
+    roots = {p.chain: p.generation for p in placements if p.opens_chain}
     log(
-        f"synthesized {len(snapshot_rows):,} snapshots, {len(chain_rows):,} chains, "
-        f"{len(edge_rows):,} chain edges, {state.forks} forks, {state.rollbacks} rollbacks, "
-        f"{state.merges} merges in {synth_s:.1f}s; loading"
+        f"synthesized {len(commits):,} snapshots on {len(roots):,} chains: {state.forks} forks, "
+        f"{state.rollbacks} rollbacks, {state.merges} merges "
+        f"({time.monotonic() - started:.1f}s); loading"
     )
-    snapshot_cols = [
-        "id",
-        "application_id",
-        "snapshot_id",
-        "branch",
-        "epoch",
-        "kind",
-        "parallelism",
-        "max_parallelism",
-        "code_version",
-        "config_hash",
-        "operation_id",
-        "created_at",
-        "offsets",
-        "stats",
-        "provenance",
-        "parent_ids",
-        "parent_count",
-        "first_parent_id",
-        "generation",
-        "chain_id",
-    ]
+
     with transaction.atomic():
-        _load(Chain, ["id", "application_id", "root_generation", "tip_generation"], chain_rows)
-        _load(Snapshot, snapshot_cols, snapshot_rows)
-        _load(SnapshotParent, ["child_id", "parent_id", "position"], parent_rows)
-        _load(
-            ChainEdge,
-            ["from_chain_id", "from_generation", "to_chain_id", "to_generation", "first_parent"],
-            edge_rows,
-        )
-        _load(Branch, ["application_id", "name", "head_id", "reflog_seq"], branch_rows)
-        _sync_sequences(Chain, Snapshot)
+        pks = reserve_ids(Snapshot, len(commits))
+        chain_ids = dict(zip(sorted(roots), reserve_ids(Chain, len(roots)), strict=True))
+        real = chain_ids.__getitem__
+        epochs: list[int] = []
+        for c in commits:
+            epochs.append(epochs[c.parents[0]] + 1 if c.parents else 0)
+
+        def snapshot_rows() -> Iterator[tuple[Any, ...]]:
+            for i, (c, p) in enumerate(zip(commits, placements, strict=True)):
+                yield (
+                    pks[i],
+                    application.pk,
+                    ids[i],
+                    state.branches[c.branch],
+                    epochs[i],
+                    c.kind,
+                    4,
+                    128,
+                    "v1",
+                    "cfg",
+                    "",
+                    BASE_TIME + timedelta(milliseconds=i),
+                    json.dumps({"src": {"0": epochs[i] * 100}}),
+                    json.dumps({"records_in": 100, "records_out": 100}),
+                    "{}",
+                    json.dumps([ids[x] for x in c.parents]),
+                    len(c.parents),
+                    pks[c.parents[0]] if c.parents else None,
+                    p.generation,
+                    real(p.chain),
+                )
+                if i and i % 200_000 == 0:
+                    log(f"  {i:,} snapshot rows written")
+
+        tables = [
+            (
+                Chain,
+                CHAIN_COLUMNS,
+                [(real(c), application.pk, root, planner.tips[c]) for c, root in roots.items()],
+            ),
+            (Snapshot, SNAPSHOT_COLUMNS, snapshot_rows()),
+            (
+                SnapshotParent,
+                PARENT_COLUMNS,
+                (
+                    (pks[i], pks[parent], position)
+                    for i, c in enumerate(commits)
+                    for position, parent in enumerate(c.parents)
+                ),
+            ),
+            (ChainEdge, EDGE_COLUMNS, (edge_row(e, real) for p in placements for e in p.edges)),
+            (
+                Branch,
+                ("application_id", "name", "head_id", "reflog_seq"),
+                [
+                    (application.pk, name, pks[head], 1)
+                    for name, head in zip(state.branches, state.heads, strict=True)
+                ],
+            ),
+        ]
+        counts = {}
+        for model, columns, rows in tables:
+            t = time.monotonic()
+            counts[model.__name__] = n = insert_rows(model, columns, rows)
+            log(f"loaded {n:,} {model.__name__} rows in {time.monotonic() - t:.1f}s")
     if connection.vendor == "postgresql":
-        log("ANALYZE")
         with connection.cursor() as cursor:
             for model in (Chain, Snapshot, SnapshotParent, ChainEdge, Branch):
                 cursor.execute(f"ANALYZE {model._meta.db_table}")
@@ -258,9 +252,9 @@ def build_index(*, snapshots: int, branches: int, seed: int) -> dict[str, Any]:
     return {
         "application": application,
         "branch_names": list(state.branches),
-        "snapshot_ids": [row[2] for row in snapshot_rows],
-        "chains": len(chain_rows),
-        "chain_edges": len(edge_rows),
+        "snapshot_ids": ids,
+        "chains": counts["Chain"],
+        "chain_edges": counts["ChainEdge"],
         "forks": state.forks,
         "rollbacks": state.rollbacks,
         "merges": state.merges,
@@ -306,50 +300,6 @@ def _drop_application(name: str) -> None:
         cursor.execute(f"DELETE FROM {t[Snapshot]} WHERE application_id = %s", [app.pk])
         cursor.execute(f"DELETE FROM {t[Chain]} WHERE application_id = %s", [app.pk])
         app.delete()
-
-
-def _next_id(model: Any) -> int:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT COALESCE(MAX(id), 0) + 1 FROM {model._meta.db_table}")
-        return int(cursor.fetchone()[0])
-
-
-def _load(model: Any, columns: list[str], rows: list[tuple[Any, ...]]) -> None:
-    """COPY rows in on PostgreSQL; executemany in chunks elsewhere."""
-    from django.db import connection
-
-    table = model._meta.db_table
-    started = time.monotonic()
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            raw = cursor.cursor  # the psycopg cursor under Django's wrapper
-            with raw.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-        else:
-            marks = ", ".join(["%s"] * len(columns))
-            sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
-            for start in range(0, len(rows), 10_000):
-                cursor.executemany(sql, rows[start : start + 10_000])
-    log(f"loaded {len(rows):,} rows into {table} in {time.monotonic() - started:.1f}s")
-
-
-def _sync_sequences(*models: Any) -> None:
-    """After inserting explicit ids, move PostgreSQL's id sequences past them."""
-    from django.db import connection
-
-    if connection.vendor != "postgresql":
-        return
-    with connection.cursor() as cursor:
-        for model in models:
-            table = model._meta.db_table
-            cursor.execute(
-                f"SELECT setval(pg_get_serial_sequence(%s, 'id'), "
-                f"(SELECT COALESCE(MAX(id), 1) FROM {table}))",
-                [table],
-            )
 
 
 # -- measuring ------------------------------------------------------------------------------

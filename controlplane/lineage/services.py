@@ -10,6 +10,7 @@ the first known snapshot.
 from __future__ import annotations
 
 import heapq
+import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -17,10 +18,11 @@ from dataclasses import dataclass
 from itertools import count, islice
 from typing import TypeVar
 
-from django.db import connection, transaction
+from django.db import models, transaction
 
 from controlplane.applications.models import Application
-from controlplane.lineage.chains import ChainPlanner, Placement
+from controlplane.lineage.bulk import insert_rows, reserve_ids
+from controlplane.lineage.chains import ChainPlanner, Edge
 from controlplane.lineage.errors import InvalidRefError, MissingParentError, UnknownRevisionError
 from controlplane.lineage.models import (
     Branch,
@@ -190,102 +192,126 @@ def _index_manifests(*, application: Application, items: Sequence[tuple[str, Man
             placements.append(planner.place(sid, manifest.parents))
 
         new_chains = sorted({p.chain for p in placements if p.chain < 0}, reverse=True)
-        chain_ids = dict(zip(new_chains, _reserve_ids(Chain, len(new_chains)), strict=True))
-        pks = dict(zip(todo, _reserve_ids(Snapshot, len(todo)), strict=True))
+        chain_ids = dict(zip(new_chains, reserve_ids(Chain, len(new_chains)), strict=True))
+        pks = dict(zip(todo, reserve_ids(Snapshot, len(todo)), strict=True))
         pks.update({sid: pk for sid, (pk, _, _) in known.items()})
 
         def real(chain: int) -> int:
             return chain_ids.get(chain, chain)
 
-        chains = [
-            Chain(
-                pk=chain_ids[c],
-                application=application,
-                root_generation=min(p.generation for p in placements if p.chain == c),
-                tip_generation=planner.tips[c],
-            )
-            for c in new_chains
-        ]
-        snapshots: list[Snapshot] = []
-        parents: list[SnapshotParent] = []
-        edges: list[ChainEdge] = []
-        for (sid, manifest), placement in zip(todo.items(), placements, strict=True):
-            snapshots.append(_snapshot_row(application, sid, manifest, pks, placement, real))
-            parents.extend(
-                SnapshotParent(child_id=pks[sid], parent_id=pks[p], position=i)
-                for i, p in enumerate(manifest.parents)
-            )
-            edges.extend(
-                ChainEdge(
-                    from_chain_id=real(e.from_chain),
-                    from_generation=e.from_generation,
-                    to_chain_id=real(e.to_chain),
-                    to_generation=e.to_generation,
-                    first_parent=e.first_parent,
-                )
-                for e in placement.edges
-            )
-        Chain.objects.bulk_create(chains, batch_size=_CHUNK)
+        roots = {p.chain: p.generation for p in placements if p.opens_chain}
+        insert_rows(
+            Chain,
+            CHAIN_COLUMNS,
+            [(chain_ids[c], application.pk, roots[c], planner.tips[c]) for c in new_chains],
+        )
         for chain, tip in planner.tips.items():
             if chain > 0 and tips.get(chain) != tip:
                 Chain.objects.filter(pk=chain).update(tip_generation=tip)
-        Snapshot.objects.bulk_create(snapshots, batch_size=_CHUNK)
-        SnapshotParent.objects.bulk_create(parents, batch_size=_CHUNK)
-        ChainEdge.objects.bulk_create(edges, batch_size=_CHUNK)
+        insert_rows(
+            Snapshot,
+            SNAPSHOT_COLUMNS,
+            (
+                snapshot_row(
+                    pk=pks[sid],
+                    application_id=application.pk,
+                    snapshot_id=sid,
+                    manifest=manifest,
+                    first_parent_pk=pks[manifest.parents[0]] if manifest.parents else None,
+                    generation=placement.generation,
+                    chain=real(placement.chain),
+                )
+                for (sid, manifest), placement in zip(todo.items(), placements, strict=True)
+            ),
+        )
+        insert_rows(
+            SnapshotParent,
+            PARENT_COLUMNS,
+            (
+                (pks[sid], pks[parent], position)
+                for sid, manifest in todo.items()
+                for position, parent in enumerate(manifest.parents)
+            ),
+        )
+        insert_rows(
+            ChainEdge,
+            EDGE_COLUMNS,
+            (edge_row(e, real) for placement in placements for e in placement.edges),
+        )
         return len(todo)
 
 
-def _snapshot_row(
-    application: Application,
-    sid: str,
+CHAIN_COLUMNS = ("id", "application_id", "root_generation", "tip_generation")
+SNAPSHOT_COLUMNS = (
+    "id",
+    "application_id",
+    "snapshot_id",
+    "branch",
+    "epoch",
+    "kind",
+    "parallelism",
+    "max_parallelism",
+    "code_version",
+    "config_hash",
+    "operation_id",
+    "created_at",
+    "offsets",
+    "stats",
+    "provenance",
+    "parent_ids",
+    "parent_count",
+    "first_parent_id",
+    "generation",
+    "chain_id",
+)
+PARENT_COLUMNS = ("child_id", "parent_id", "position")
+EDGE_COLUMNS = ("from_chain_id", "from_generation", "to_chain_id", "to_generation", "first_parent")
+
+
+def snapshot_row(
+    *,
+    pk: int,
+    application_id: int,
+    snapshot_id: str,
     manifest: Manifest,
-    pks: Mapping[str, int],
-    placement: Placement,
-    real: Callable[[int], int],
-) -> Snapshot:
-    return Snapshot(
-        pk=pks[sid],
-        application=application,
-        snapshot_id=sid,
-        branch=manifest.branch,
-        epoch=manifest.epoch,
-        kind=manifest.kind,
-        parallelism=manifest.parallelism,
-        max_parallelism=manifest.max_parallelism,
-        code_version=manifest.code_version,
-        config_hash=manifest.config_hash,
-        operation_id=manifest.operation_id or "",
-        created_at=parse_timestamp(manifest.created_at),
-        offsets={s: dict(parts) for s, parts in manifest.offsets.items()},
-        stats=dict(manifest.stats),
-        provenance=dict(manifest.provenance),
-        parent_ids=list(manifest.parents),
-        parent_count=len(manifest.parents),
-        first_parent_id=pks[manifest.parents[0]] if manifest.parents else None,
-        generation=placement.generation,
-        chain_id=real(placement.chain),
+    first_parent_pk: int | None,
+    generation: int,
+    chain: int,
+) -> tuple[object, ...]:
+    """A snapshot row in SNAPSHOT_COLUMNS order (also used by the benchmark's loader)."""
+    return (
+        pk,
+        application_id,
+        snapshot_id,
+        manifest.branch,
+        manifest.epoch,
+        manifest.kind,
+        manifest.parallelism,
+        manifest.max_parallelism,
+        manifest.code_version,
+        manifest.config_hash,
+        manifest.operation_id or "",
+        parse_timestamp(manifest.created_at),
+        json.dumps({s: dict(parts) for s, parts in manifest.offsets.items()}),
+        json.dumps(dict(manifest.stats)),
+        json.dumps(dict(manifest.provenance)),
+        json.dumps(list(manifest.parents)),
+        len(manifest.parents),
+        first_parent_pk,
+        generation,
+        chain,
     )
 
 
-def _reserve_ids(model: type[Chain] | type[Snapshot], n: int) -> list[int]:
-    """`n` fresh primary keys for `model`, so rows can reference each other before insert.
-
-    Called under the application lock. PostgreSQL draws them from the column's sequence;
-    elsewhere (SQLite: one writer at a time) they continue after the largest id.
-    """
-    if n == 0:
-        return []
-    table = model._meta.db_table
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(
-                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-                [table, n],
-            )
-            return [row[0] for row in cursor.fetchall()]
-        cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {connection.ops.quote_name(table)}")
-        first = int(cursor.fetchone()[0]) + 1
-        return list(range(first, first + n))
+def edge_row(edge: Edge, real: Callable[[int], int] = int) -> tuple[object, ...]:
+    """A chain-edge row in EDGE_COLUMNS order; `real` maps provisional chain ids."""
+    return (
+        real(edge.from_chain),
+        edge.from_generation,
+        real(edge.to_chain),
+        edge.to_generation,
+        edge.first_parent,
+    )
 
 
 def _indexed_ids(application: Application, ids: Iterable[str]) -> set[str]:
@@ -342,13 +368,17 @@ def _walk_new(
             return None
 
     frontier = list(dict.fromkeys(starts))
+    # A first (full) index has nothing to stop at: skip asking the database on every step.
+    anything_indexed = Snapshot.objects.filter(application=application).exists()
     with ThreadPoolExecutor(max_workers=_READ_THREADS) as pool:
         while frontier:
             batch = [s for s in frontier if s not in found and s not in known and s not in missing]
-            known |= _indexed_ids(application, batch)
+            if anything_indexed:
+                known |= _indexed_ids(application, batch)
             todo = [s for s in batch if s not in known]
             following: list[str] = []
-            for sid, manifest in zip(todo, pool.map(read, todo), strict=True):
+            manifests = pool.map(read, todo) if len(todo) > 8 else map(read, todo)
+            for sid, manifest in zip(todo, manifests, strict=True):
                 if manifest is None:
                     missing.add(sid)
                 else:
@@ -396,13 +426,43 @@ def _parents_first(
 
 
 def _indexed_reflog_seqs(application: Application) -> dict[str, int]:
-    seqs: dict[str, int] = {}
-    for model in (Branch, Tag):
-        for name, seq in model.objects.filter(application=application).values_list(
-            "name", "reflog_seq"
-        ):
-            seqs[("heads/" if model is Branch else "tags/") + name] = seq
-    return seqs
+    """ref -> n such that its reflog entries 1..n are all indexed (0 when there is a gap)."""
+    rows = (
+        ReflogEntry.objects.filter(application=application)
+        .values("ref")
+        .annotate(n=models.Count("id"), top=models.Max("seq"))
+        .values_list("ref", "n", "top")
+    )
+    return {ref: top if n == top else 0 for ref, n, top in rows}
+
+
+REFLOG_COLUMNS = (
+    "application_id",
+    "ref",
+    "seq",
+    "old_id",
+    "new_id",
+    "operation_id",
+    "reason",
+    "at",
+)
+
+
+def _indexed_seqs(
+    application: Application, moves: Mapping[str, Sequence[StoreReflogEntry]]
+) -> set[tuple[str, int]]:
+    """The (ref, seq) pairs among `moves` that are indexed already."""
+    conditions = [
+        models.Q(ref=ref, seq__gte=min(e.seq for e in entries)) for ref, entries in moves.items()
+    ]
+    found: set[tuple[str, int]] = set()
+    for chunk in _batches(conditions, 100):
+        condition = models.Q()
+        for c in chunk:
+            condition |= c
+        query = ReflogEntry.objects.filter(condition, application=application)
+        found.update(query.values_list("ref", "seq"))
+    return found
 
 
 def _split_ref(ref: str) -> tuple[type[Branch] | type[Tag], str]:
@@ -428,23 +488,23 @@ def _apply_ref_moves(
                 f"{ref} moved there (reflog #{entry.seq}) but it is not indexed; "
                 "index the snapshot first or run `manage.py reindex`",
             )
+    existing = _indexed_seqs(application, moves)
     rows = [
-        ReflogEntry(
-            application=application,
-            ref=ref,
-            seq=e.seq,
-            old_id=e.old or "",
-            new_id=e.new or "",
-            operation_id=e.operation_id or "",
-            reason=e.reason,
-            at=parse_timestamp(e.at),
+        (
+            application.pk,
+            ref,
+            e.seq,
+            e.old or "",
+            e.new or "",
+            e.operation_id or "",
+            e.reason,
+            parse_timestamp(e.at),
         )
         for ref, entries in moves.items()
-        for e in entries
+        for e in {e.seq: e for e in entries}.values()
+        if (ref, e.seq) not in existing
     ]
-    before = ReflogEntry.objects.filter(application=application).count()
-    ReflogEntry.objects.bulk_create(rows, batch_size=_CHUNK, ignore_conflicts=True)
-    added = ReflogEntry.objects.filter(application=application).count() - before
+    added = insert_rows(ReflogEntry, REFLOG_COLUMNS, rows)
     for model in (Branch, Tag):
         names = {name: ref for ref, (m, name) in split.items() if m is model}
         if not names:
