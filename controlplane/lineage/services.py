@@ -13,7 +13,6 @@ import heapq
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import count, islice
 from typing import TypeVar
@@ -38,7 +37,6 @@ from snapshots_store import ReflogEntry as StoreReflogEntry
 from snapshots_store.codec import parse_timestamp
 
 _CHUNK = 1000
-_READ_THREADS = 8
 _T = TypeVar("_T")
 
 
@@ -354,8 +352,9 @@ def _walk_new(
 ) -> tuple[dict[str, Manifest], set[str]]:
     """Manifests reachable from `starts` that are not indexed yet, and ids missing in the store.
 
-    Breadth-first, one frontier at a time: one query asks which frontier ids are indexed, the
-    others' manifests are read in parallel (reads are I/O and decompression).
+    Breadth-first, one frontier at a time: one query asks which frontier ids are indexed, then
+    the others' manifests are read (sequentially: parsing and validating holds the GIL, so
+    threads only add contention).
     """
     found: dict[str, Manifest] = {}
     missing: set[str] = set()
@@ -370,22 +369,20 @@ def _walk_new(
     frontier = list(dict.fromkeys(starts))
     # A first (full) index has nothing to stop at: skip asking the database on every step.
     anything_indexed = Snapshot.objects.filter(application=application).exists()
-    with ThreadPoolExecutor(max_workers=_READ_THREADS) as pool:
-        while frontier:
-            batch = [s for s in frontier if s not in found and s not in known and s not in missing]
-            if anything_indexed:
-                known |= _indexed_ids(application, batch)
-            todo = [s for s in batch if s not in known]
-            following: list[str] = []
-            manifests = pool.map(read, todo) if len(todo) > 8 else map(read, todo)
-            for sid, manifest in zip(todo, manifests, strict=True):
-                if manifest is None:
-                    missing.add(sid)
-                else:
-                    found[sid] = manifest
-                    following.extend(manifest.parents)
-            frontier = list(dict.fromkeys(following))
-            report(ReindexProgress("walk", documents_count, len(found), 0))
+    while frontier:
+        batch = [s for s in frontier if s not in found and s not in known and s not in missing]
+        if anything_indexed:
+            known |= _indexed_ids(application, batch)
+        todo = [s for s in batch if s not in known]
+        following: list[str] = []
+        for sid, manifest in zip(todo, map(read, todo), strict=True):
+            if manifest is None:
+                missing.add(sid)
+            else:
+                found[sid] = manifest
+                following.extend(manifest.parents)
+        frontier = list(dict.fromkeys(following))
+        report(ReindexProgress("walk", documents_count, len(found), 0))
     return found, missing
 
 
