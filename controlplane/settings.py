@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "controlplane.applications",
     "controlplane.lineage",
+    "controlplane.jobs",
     "web",
 ]
 
