@@ -408,25 +408,37 @@ def _ancestor_rows(
 def _first_parent_rows(
     start: _Point, limit: int, after: tuple[int, str] | None
 ) -> list[SnapshotSummary]:
-    """The first-parent chain of `start` (below `after`), read a chain segment at a time.
+    """The first-parent chain of `start` (below `after`), newest first.
 
-    Segments come newest first and each lies wholly below the previous one in generation.
+    The chain is a list of segments, each a range of one chain lying wholly below the
+    previous one in generation. A segment from generation `top` down to its chain's root
+    holds at most `top - root + 1` snapshots (exactly that many without merges), so one
+    statement reads as many segments as can fill the page; a merge-shortened segment
+    costs at most one more statement.
     """
-    rows: list[SnapshotSummary] = []
+    segments = []
     for chain, generation, root in _first_parent_path(start):
         top = generation if after is None else min(generation, after[0] - 1)
-        if top < root:
-            continue
-        rows.extend(
-            s
-            for _, s in _summaries(
-                f"SELECT {_SUMMARY_COLUMNS} FROM {_SNAPSHOT} WHERE chain_id = %s "
-                "AND generation <= %s ORDER BY generation DESC LIMIT %s",
-                [chain, top, limit - len(rows)],
-            )
-        )
-        if len(rows) >= limit:
-            break
+        if top >= root:
+            segments.append((chain, top, root))
+    rows: list[SnapshotSummary] = []
+    term = (
+        f"SELECT * FROM (SELECT {_SUMMARY_COLUMNS}, %s AS segment FROM {_SNAPSHOT} "
+        "WHERE chain_id = %s AND generation <= %s ORDER BY generation DESC LIMIT %s) AS q{n}"
+    )
+    index = 0
+    while index < len(segments) and len(rows) < limit:
+        need, capacity = limit - len(rows), 0
+        terms: list[str] = []
+        params: list[int] = []
+        while index < len(segments) and capacity < need:
+            chain, top, root = segments[index]
+            terms.append(term.format(n=len(terms)))
+            params += [index, chain, top, need]
+            capacity += top - root + 1
+            index += 1
+        sql = " UNION ALL ".join(terms) + " ORDER BY segment, generation DESC LIMIT %s"
+        rows.extend(s for _, s in _summaries(sql, [*params, need]))
     return rows
 
 
@@ -517,7 +529,7 @@ def _summaries(sql: str, params: Sequence[Any]) -> list[tuple[int, SnapshotSumma
 
 
 def _summary(row: Sequence[Any]) -> SnapshotSummary:
-    (_, sid, branch, epoch, kind, p, m, code, config, op, created, gen, parents, *maps) = row
+    (_, sid, branch, epoch, kind, p, m, code, config, op, created, gen, parents, *maps) = row[:16]
     offsets, stats, provenance = (_json(value) for value in maps)
     return SnapshotSummary(
         snapshot_id=sid,
