@@ -1,0 +1,188 @@
+"""The Spark peers the engine is measured against (configured as in spark-baseline.md).
+
+- `run_spark_builtin`: Structured Streaming ``groupBy("key").agg(count, sum, max)`` in update
+  mode with the default (HDFS-backed) state store; ``maxFilesPerTrigger=1`` so every epoch file
+  is one micro-batch, ``trigger(availableNow=True)``, a fresh checkpoint location, and a
+  ``foreachBatch`` sink running one checksum aggregate per batch.
+- `run_stateless`: ``spark.read.parquet(file).groupBy("key").agg(...)`` per epoch file, the same
+  checksum aggregate as the action. No state: its outputs are per-epoch partials, so its
+  checksums are compared with `checksum.reference_per_epoch`, not with the stateful variants.
+- `run_spark_tws`: ``transformWithStateInPandas`` with a ``ValueState`` of (count, sum, max) per
+  key on the RocksDB state store, update mode, the same ``foreachBatch`` sink.
+
+Rate = records ÷ wall time from ``start()`` until ``awaitTermination()`` returns (stateless:
+the sum of the per-file jobs). Per-epoch seconds come from each micro-batch's
+``durationMs.triggerExecution``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from bench.checksum import Checksum, checksum_spark
+from bench.datagen import SPARK_SCHEMA_DDL, EpochSet
+from bench.timing import VariantResult
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+try:  # the StatefulProcessor base class; pyspark is always installed where the bench runs
+    from pyspark.sql.streaming.stateful_processor import (
+        StatefulProcessor,
+        StatefulProcessorHandle,
+    )
+except ImportError:  # pragma: no cover
+    StatefulProcessor = object  # type: ignore[assignment,misc]
+    StatefulProcessorHandle = Any  # type: ignore[assignment,misc]
+
+PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+OUTPUT_DDL = "key STRING, count BIGINT, sum_value BIGINT, max_value BIGINT"
+STATE_DDL = "count BIGINT, sum_value BIGINT, max_value BIGINT"
+
+# Spark 4.3 logs a WARN line for every ValueState.get() on a key that has no value yet (once per
+# new key: hundreds of thousands of lines on a first batch). These are the loggers to silence.
+NOISY_LOGGERS = (
+    "org.apache.spark.sql.execution.streaming.state",
+    "org.apache.spark.sql.execution.streaming.operators.stateful.transformwithstate",
+    "org.apache.spark.sql.execution.streaming.TransformWithStateInPandasStateServer",
+    "org.apache.spark.sql.execution.python.streaming",
+)
+
+
+def _aggregate(df: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return df.groupBy("key").agg(
+        F.count(F.lit(1)).alias("count"),
+        F.sum("value").alias("sum_value"),
+        F.max("value").alias("max_value"),
+    )
+
+
+def _silence_loggers(spark: SparkSession) -> None:
+    """Set the state-store / TWS JVM loggers to ERROR (log4j2 via Spark's Configurator)."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    level = jvm.org.apache.logging.log4j.Level.ERROR
+    for name in NOISY_LOGGERS:
+        configurator.setLevel(name, level)
+
+
+def _stream(
+    spark: SparkSession,
+    epochs: EpochSet,
+    name: str,
+    build: Any,
+    checkpoint: Path,
+) -> VariantResult:
+    """Run one availableNow streaming query over `epochs`, one file per micro-batch."""
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    checksums: dict[int, Checksum] = {}
+
+    def sink(batch: DataFrame, batch_id: int) -> None:
+        checksums[batch_id] = checksum_spark(batch)
+
+    source = (
+        spark.readStream.schema(SPARK_SCHEMA_DDL)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(epochs.directory))
+    )
+    t0 = time.perf_counter()
+    query = (
+        build(source)
+        .writeStream.outputMode("update")
+        .foreachBatch(sink)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint))
+        .queryName(f"bench_{name}")
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.perf_counter() - t0
+    if query.exception() is not None:
+        raise RuntimeError(f"{name} failed: {query.exception()}")
+    progress = sorted(
+        (p for p in query.recentProgress if p.get("numInputRows", 0) > 0),
+        key=lambda p: p["batchId"],
+    )
+    epoch_seconds = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
+    rows_in = sum(int(p["numInputRows"]) for p in progress)
+    if rows_in != epochs.total_records:
+        raise RuntimeError(f"{name} read {rows_in} records, expected {epochs.total_records}")
+    ordered = [checksums[b] for b in sorted(checksums)]
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return VariantResult(name, rows_in, seconds, epoch_seconds, ordered)
+
+
+def run_spark_builtin(spark: SparkSession, epochs: EpochSet, checkpoint: Path) -> VariantResult:
+    """Streaming groupBy().agg() in update mode on the default (HDFS-backed) state store."""
+    spark.conf.unset(PROVIDER_CONF)
+    return _stream(spark, epochs, "spark_builtin", _aggregate, checkpoint)
+
+
+def run_stateless(spark: SparkSession, epochs: EpochSet) -> VariantResult:
+    """spark.read.parquet(file).groupBy().agg() per epoch file: no state, the ceiling."""
+    epoch_seconds, checksums = [], []
+    for path in epochs.files():
+        t0 = time.perf_counter()
+        checksums.append(checksum_spark(_aggregate(spark.read.parquet(str(path)))))
+        epoch_seconds.append(time.perf_counter() - t0)
+    return VariantResult(
+        "stateless", epochs.total_records, sum(epoch_seconds), epoch_seconds, checksums
+    )
+
+
+class RunningAggregate(StatefulProcessor):  # type: ignore[misc,valid-type]
+    """count / sum / max of `value` per key in one ValueState; one output row per key per batch."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState("agg", STATE_DDL)
+
+    def handleInputRows(
+        self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any
+    ) -> Iterator[pd.DataFrame]:
+        previous = self.state.get()
+        if previous is None:
+            count, total, maximum = 0, 0, None
+        else:
+            count, total, maximum = int(previous[0]), int(previous[1]), int(previous[2])
+        for pdf in rows:
+            values = pdf["value"]
+            count += len(values)
+            total += int(values.sum())
+            batch_max = int(values.max())
+            maximum = batch_max if maximum is None else max(maximum, batch_max)
+        self.state.update((count, total, maximum))
+        yield pd.DataFrame(
+            {"key": [key[0]], "count": [count], "sum_value": [total], "max_value": [maximum]}
+        )
+
+    def close(self) -> None:
+        pass
+
+
+def _tws(df: DataFrame) -> DataFrame:
+    return df.groupBy("key").transformWithStateInPandas(
+        statefulProcessor=RunningAggregate(),
+        outputStructType=OUTPUT_DDL,
+        outputMode="Update",
+        timeMode="None",
+    )
+
+
+def run_spark_tws(spark: SparkSession, epochs: EpochSet, checkpoint: Path) -> VariantResult:
+    """transformWithStateInPandas on the RocksDB state store (it requires that provider)."""
+    _silence_loggers(spark)
+    spark.conf.set(PROVIDER_CONF, ROCKSDB_PROVIDER)
+    try:
+        return _stream(spark, epochs, "spark_tws", _tws, checkpoint)
+    finally:
+        spark.conf.unset(PROVIDER_CONF)
