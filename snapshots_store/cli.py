@@ -279,7 +279,9 @@ def _cmd_gc(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
     out.line(
         f"gc: {report.roots} roots, {report.reachable_objects} reachable objects kept, "
         f"{report.kept_young} unreachable but younger than the grace period kept, "
-        f"{verb} {len(report.removed)} ({_size(report.removed_bytes)})"
+        f"{verb} {len(report.removed)} ({_size(report.removed_bytes)}); "
+        f"{'would prune' if report.dry_run else 'pruned'} "
+        f"{report.reflog_entries_pruned} expired reflog entries"
     )
     return 0
 

@@ -20,7 +20,7 @@ from snapshots_store.errors import (
 )
 from snapshots_store.manifest import Manifest
 from snapshots_store.names import REFS_PREFIX, check_ref_name
-from snapshots_store.reflog import assemble, read_logged
+from snapshots_store.reflog import read_history
 from snapshots_store.refs import RefDocument, parse_ref_document
 
 if TYPE_CHECKING:
@@ -134,15 +134,14 @@ class _Checker:
 
     def check_reflog(self, doc: RefDocument) -> None:
         try:
-            logged = read_logged(self.repo.backend, doc.name)
+            _, missing = read_history(self.repo.backend, doc.name, doc.entry)
         except StoreError as exc:
             self._add("bad-reflog", f"reflog of {doc.name}: {exc}", ref=doc.name)
             return
-        _, missing = assemble(logged, doc.entry)
         if missing:
             self._add(
                 "reflog-gap",
-                f"reflog of {doc.name} lacks entries {missing[:10]} of 1..{doc.seq}",
+                f"reflog of {doc.name} lacks entries {missing[:10]} of ..{doc.seq}",
                 ref=doc.name,
             )
 

@@ -9,12 +9,11 @@ object older than an hour, so keep the grace period above that (default 24 h) wh
 writers may be running; grace 0 is only for a store nobody writes to. Leftover temp files
 of killed writers are removed after the same grace period. gc refuses to delete anything
 when a reachable manifest is missing or corrupt (it could not know what that manifest
-protects).
+protects). Finally it prunes reflog entries older than the retention window (see reflog.py).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -22,7 +21,14 @@ from typing import TYPE_CHECKING, Any, Final
 from snapshots_store.codec import format_timestamp, parse_timestamp
 from snapshots_store.errors import StoreError
 from snapshots_store.objects import OBJECTS_PREFIX, id_from_key
-from snapshots_store.reflog import LOGS_PREFIX, ReflogEntry
+from snapshots_store.reflog import (
+    ReflogEntry,
+    logged_seqs,
+    prune,
+    pruned_before,
+    read_entry,
+)
+from snapshots_store.refs import RefDocument
 
 if TYPE_CHECKING:
     from snapshots_store.repository import Repository
@@ -64,6 +70,7 @@ class GcReport:
     reachable_objects: int
     kept_young: int
     removed: tuple[GcItem, ...]
+    reflog_entries_pruned: int = 0
 
     @property
     def removed_bytes(self) -> int:
@@ -79,30 +86,27 @@ class GcReport:
             "kept_young": self.kept_young,
             "removed_bytes": self.removed_bytes,
             "removed": [item.to_dict() for item in self.removed],
+            "reflog_entries_pruned": self.reflog_entries_pruned,
         }
 
 
-def find_roots(repo: Repository, cutoff: datetime) -> tuple[set[str], set[str]]:
+def find_roots(
+    repo: Repository, docs: list[RefDocument], cutoff: datetime
+) -> tuple[set[str], set[str]]:
     """(live ref targets, snapshots named by reflog entries made at or after `cutoff`)."""
     live: set[str] = set()
     logged_roots: set[str] = set()
-    logged: dict[str, list[str]] = {}
-    for info in repo.backend.list(LOGS_PREFIX):
-        ref_name = info.key[len(LOGS_PREFIX) :].rpartition("/")[0]
-        logged.setdefault(ref_name, []).append(info.key)
-    for doc in repo.refs.list_documents():
+    for doc in docs:
         if doc.target is not None:
             live.add(doc.target)
         _add_entry(logged_roots, doc.entry, cutoff)
-    for keys in logged.values():
-        for key in sorted(keys, reverse=True):  # newest first (zero-padded sequence numbers)
-            blob = repo.backend.get(key)
-            if blob is None:
+        first = pruned_before(repo.backend, doc.name)
+        for seq in reversed(logged_seqs(repo.backend, doc.name)):  # newest first
+            if seq < first:
+                break
+            entry = read_entry(repo.backend, doc.name, seq)
+            if entry is None:
                 continue
-            try:
-                entry = ReflogEntry.from_dict(json.loads(blob.data), key)
-            except ValueError:
-                raise StoreError(f"reflog entry {key} is not JSON; run fsck") from None
             try:
                 if parse_timestamp(entry.at) < cutoff - CLOCK_SKEW:
                     break
@@ -158,7 +162,8 @@ def collect(repo: Repository, *, retention: timedelta, grace: timedelta, dry_run
     if retention < timedelta(0) or grace < timedelta(0):
         raise ValueError("retention and grace must not be negative")
     started = repo.now()
-    live, logged = find_roots(repo, started - retention)
+    docs = repo.refs.list_documents()
+    live, logged = find_roots(repo, docs, started - retention)
     reachable, gone = mark(repo, live, logged)
     young_after = started - grace - MTIME_RESOLUTION
     removed: list[GcItem] = []
@@ -186,6 +191,9 @@ def collect(repo: Repository, *, retention: timedelta, grace: timedelta, dry_run
             repo.backend.delete(item.key)
             deleted.append(item)
         removed = deleted
+    pruned = sum(
+        prune(repo.backend, doc.name, doc.seq, started - retention, dry_run=dry_run) for doc in docs
+    )
     return GcReport(
         dry_run=dry_run,
         started_at=started,
@@ -194,4 +202,5 @@ def collect(repo: Repository, *, retention: timedelta, grace: timedelta, dry_run
         reachable_objects=len(reachable),
         kept_young=kept_young,
         removed=tuple(sorted(removed, key=lambda item: item.key)),
+        reflog_entries_pruned=pruned,
     )

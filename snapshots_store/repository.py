@@ -34,7 +34,7 @@ from snapshots_store.gc import GcReport
 from snapshots_store.manifest import Manifest
 from snapshots_store.names import check_branch_name, check_namespace, check_ref_name
 from snapshots_store.objects import ObjectStore, check_kind, check_object_id, is_object_id
-from snapshots_store.reflog import ReflogEntry, assemble, read_logged
+from snapshots_store.reflog import ReflogEntry, read_history
 from snapshots_store.refs import RefStore, RefValue
 
 _SUFFIX = re.compile(r"(?:~(\d*)|\^(\d*))$")
@@ -173,23 +173,19 @@ class Repository:
         return self.refs.list(prefix)
 
     def reflog(self, name: str, *, limit: int | None = None) -> list[ReflogEntry]:
-        """Every move of `name` (only the latest `limit` if given), oldest first.
+        """Every retained move of `name` (only the latest `limit` if given), oldest first.
 
+        gc prunes entries older than its retention window (always the oldest ones).
         RefNotFoundError when the ref never existed; entries of a deleted ref stay readable.
         """
         name = check_ref_name(name)
         if limit is not None and limit < 0:
             raise ValueError("limit must be >= 0")
         current = self.refs.read_document(name)  # first the ref, then the log: see reflog.py
-        first = 1
-        if limit is not None and current is not None:
-            first = max(1, current.seq - limit + 1)
-        logged = read_logged(self.backend, name, first_seq=first)
-        if current is None and not logged:
+        entry = None if current is None else current.entry
+        entries, missing = read_history(self.backend, name, entry, limit=limit)
+        if current is None and not entries:
             raise RefNotFoundError(name)
-        entries, missing = assemble(logged, None if current is None else current.entry, first)
-        if limit is not None:
-            entries = entries[max(0, len(entries) - limit) :] if limit else []
         if missing:
             raise StoreError(
                 f"reflog of {name} lacks entries {missing[:5]}; the store is damaged: run fsck"

@@ -14,6 +14,19 @@ from snapshots_store.objects import object_key
 
 from .helpers import commit_chain, listing, manifest
 
+LOGS = "logs/refs/heads/main"
+
+
+def commit_chain_from(repo: Repository, head: str, n: int) -> list[str]:
+    """n more commits on main after `head`."""
+    ids = []
+    epoch = repo.read_manifest(head).epoch
+    for i in range(n):
+        m = manifest(epoch=epoch + i + 1, parents=(head,))
+        head = repo.commit(m, "main", expected_head=head, reason="more")
+        ids.append(head)
+    return ids
+
 
 class Clock:
     """A settable clock for the repository (reflog times, gc's notion of now)."""
@@ -173,7 +186,9 @@ def test_gc_after_a_shorter_retention_run_is_not_blocked(
     assert {ids[1], ids[2]} <= {item.object_id for item in first.removed}
     cold = Repository(repo.backend, clock=clock)
     report = cold.gc(retention=timedelta(days=7), grace=timedelta(0))
-    assert report.reflog_roots_gone == 2 and report.removed == ()
+    # The first run pruned the expired entries 1..3; the current entry (4: ids[2] -> ids[0])
+    # is never pruned and still names the removed ids[2].
+    assert report.reflog_roots_gone == 1 and report.removed == ()
     assert cold.fsck().ok
 
 
@@ -192,3 +207,64 @@ def test_object_refreshed_after_the_listing_is_not_removed(store_url: str) -> No
     report = repo.gc(retention=timedelta(0), grace=timedelta(hours=1))
     assert report.removed == () and report.kept_young == 1
     assert repo.has_object(reused)
+
+
+def test_gc_prunes_expired_reflog_entries_as_a_prefix(timed_repo: Repository, clock: Clock) -> None:
+    repo = timed_repo
+    ids = commit_chain(repo, 3)  # entries 1..3 at t0
+    clock.now += timedelta(days=3)
+    ids += commit_chain_from(repo, ids[-1], 2)  # entries 4..5 at t0 + 3 days
+    dry = repo.gc(retention=timedelta(days=1), grace=timedelta(0), dry_run=True)
+    assert dry.reflog_entries_pruned == 3
+    assert [e.seq for e in repo.reflog("heads/main")] == [1, 2, 3, 4, 5]
+    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    assert report.reflog_entries_pruned == 3 and report.removed == ()
+    assert [e.seq for e in repo.reflog("heads/main")] == [4, 5]
+    assert repo.fsck().ok
+    clock.now += timedelta(days=3)
+    repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    assert [e.seq for e in repo.reflog("heads/main")] == [5]  # the current entry stays
+    more = commit_chain_from(repo, ids[-1], 1)
+    assert [(e.seq, e.new) for e in repo.reflog("heads/main")] == [(5, ids[-1]), (6, more[0])]
+    assert repo.fsck().ok
+
+
+def test_pruning_stops_at_the_first_entry_within_retention(
+    timed_repo: Repository, clock: Clock
+) -> None:
+    repo = timed_repo
+    ids = commit_chain(repo, 2)  # 1..2 at t0
+    clock.now += timedelta(days=3)
+    repo.cas_ref("tags/keep", None, ids[0], reason="tag")
+    ids += commit_chain_from(repo, ids[-1], 1)  # 3 at t0 + 3 d
+    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    assert report.reflog_entries_pruned == 2
+    assert [e.seq for e in repo.reflog("heads/main")] == [3]
+    assert [e.seq for e in repo.reflog("tags/keep")] == [1]
+
+
+def test_interrupted_pruning_leaves_no_visible_hole(timed_repo: Repository, clock: Clock) -> None:
+    repo = timed_repo
+    commit_chain(repo, 4)
+    clock.now += timedelta(days=3)
+    # A gc that raised the mark to 3 and died before deleting entries 1..2:
+    repo.backend.put(f"{LOGS}/pruned-before", b'{"pruned_before":3}')
+    assert [e.seq for e in repo.reflog("heads/main")] == [3, 4]
+    assert repo.fsck().ok
+    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    assert report.reflog_entries_pruned == 1  # entry 3; leftovers 1..2 are deleted too
+    assert sorted(i.key for i in repo.backend.list(f"{LOGS}/")) == [
+        f"{LOGS}/000000000004",
+        f"{LOGS}/pruned-before",
+    ]
+    assert [e.seq for e in repo.reflog("heads/main")] == [4]
+
+
+def test_a_hole_above_the_pruning_mark_is_still_a_gap(timed_repo: Repository, clock: Clock) -> None:
+    repo = timed_repo
+    commit_chain(repo, 5)
+    repo.backend.put(f"{LOGS}/pruned-before", b'{"pruned_before":2}')
+    repo.backend.delete(f"{LOGS}/000000000003")
+    assert [p.kind for p in repo.fsck().problems] == ["reflog-gap"]
+    with pytest.raises(StoreError, match="lacks entries"):
+        repo.reflog("heads/main")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -115,3 +115,14 @@ def test_a_ref_cannot_also_be_a_directory_of_refs(any_repo: Repository) -> None:
     with pytest.raises(InvalidNameError, match="conflicts with existing ref tags/rel/1"):
         any_repo.cas_ref("tags/rel", None, a, reason="x")
     assert set(any_repo.list_refs()) == {"heads/main", "heads/team", "tags/rel/1"}
+
+
+def test_reflog_pruning(any_url: str) -> None:
+    now = [datetime.now(UTC)]
+    repo = Repository.open(any_url, "app", clock=lambda: now[0])
+    ids = commit_chain(repo, 3)
+    now[0] += timedelta(days=2)
+    report = repo.gc(retention=timedelta(days=1), grace=timedelta(hours=1))
+    assert report.reflog_entries_pruned == 2 and report.removed == ()
+    assert [(e.seq, e.new) for e in repo.reflog("heads/main")] == [(3, ids[2])]
+    assert repo.fsck().ok
