@@ -44,6 +44,14 @@ DEFAULT_RETENTION = timedelta(days=7)
 DEFAULT_GRACE = timedelta(hours=24)
 
 
+def _utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _rebuild(backend: Backend) -> Repository:
+    return Repository(backend)
+
+
 class Repository:
     """Snapshots, refs, reflog and control documents of one application namespace."""
 
@@ -57,9 +65,18 @@ class Repository:
         self.objects = ObjectStore(backend)
         self.refs = RefStore(backend)
         self.control = ControlStore(backend)
-        self._clock = clock or (lambda: datetime.now(UTC))
+        self._custom_clock = clock
+        self._clock = clock or _utc_now
         self._manifests: OrderedDict[str, Manifest] = OrderedDict()
         self._cache_lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, tuple[Backend], dict[str, Any]]:
+        """Picklable (e.g. captured by a Spark closure): backend and clock, not the cache."""
+        return (_rebuild, (self.backend,), {"clock": self._custom_clock})
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        if state["clock"] is not None:
+            self._custom_clock = self._clock = state["clock"]
 
     @classmethod
     def open(

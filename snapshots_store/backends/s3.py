@@ -61,8 +61,14 @@ class S3Backend:
             check_key(self.prefix)
         query = f"?endpoint_url={endpoint_url}" if endpoint_url else ""
         self.url = f"s3://{bucket}/{self.prefix}{query}"
+        self._endpoint_url = endpoint_url
+        self._region = region
         self._client = client or _shared_client(endpoint_url, region or "us-east-1")
         self._probe_key = (os.getpid(), endpoint_url, bucket, self.prefix)
+
+    def __reduce__(self) -> tuple[Any, tuple[str, str, str | None, str | None]]:
+        """Pickle as its configuration (for Spark executors); the client is per process."""
+        return (_rebuild, (self.bucket, self.prefix, self._endpoint_url, self._region))
 
     def _full(self, key: str) -> str:
         check_key(key)
@@ -228,6 +234,10 @@ def _shared_client(endpoint_url: str | None, region: str) -> Any:
             )
             _CLIENTS[key] = client
         return client
+
+
+def _rebuild(bucket: str, prefix: str, endpoint_url: str | None, region: str | None) -> S3Backend:
+    return S3Backend(bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, region=region)
 
 
 def _utc(moment: datetime) -> datetime:

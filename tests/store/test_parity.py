@@ -126,3 +126,16 @@ def test_reflog_pruning(any_url: str) -> None:
     assert report.reflog_entries_pruned == 2 and report.removed == ()
     assert [(e.seq, e.new) for e in repo.reflog("heads/main")] == [(3, ids[2])]
     assert repo.fsck().ok
+
+
+def test_repository_pickles_for_spark_executors(any_url: str) -> None:
+    import pickle
+
+    repo = Repository.open(any_url, "app")
+    ids = commit_chain(repo, 2)
+    clone = pickle.loads(pickle.dumps(repo))
+    assert clone.read_ref("heads/main") == repo.read_ref("heads/main")
+    assert [sid for sid, _ in clone.log("main")] == ids[::-1]
+    assert clone.put_object("chunk", b"from an executor") in {
+        info.key.replace("objects/", "").replace("/", "") for info in repo.backend.list("objects/")
+    }
