@@ -1,7 +1,8 @@
 """Deterministic Parquet epochs for the engine benchmark: one file per epoch.
 
 Columns: ``key`` string, ``value`` long, ``ts`` long. Keys are ``k`` + a zero-padded id drawn
-uniformly from ``[0, keys)`` (or, for the incremental part, from a fixed 1% subset), values
+uniformly from ``[0, keys)`` (or, for the incremental part, every key once in epoch 1 and then a
+fresh random set of distinct keys per epoch), values
 uniformly from ``[0, 1_000_000)``. The random stream of epoch ``e`` is seeded by ``(seed, e)``
 alone, so a file's contents never depend on how many epochs were generated.
 
@@ -47,15 +48,15 @@ class EpochSet:
     records: int
     epochs: int
     seed: int = 7
-    # Incremental mode: epoch 1 writes every key once (a permutation); later epochs draw
-    # `records` records from a fixed random subset of `touched` keys per epoch.
-    touched: int | None = None
+    # Incremental mode: epoch 1 writes every key once (a permutation of all keys); each later
+    # epoch writes one record to each of `records` distinct keys chosen at random (e.g. 1%).
+    incremental: bool = False
     _key_table: pa.StringArray | None = field(default=None, repr=False)
     _key_crc: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def total_records(self) -> int:
-        if self.touched is not None and self.epochs >= 1:
+        if self.incremental and self.epochs >= 1:
             return self.keys + self.records * (self.epochs - 1)
         return self.records * self.epochs
 
@@ -84,12 +85,11 @@ class EpochSet:
 
     def key_ids(self, epoch: int) -> np.ndarray:
         rng = self._rng(epoch)
-        if self.touched is None:
+        if not self.incremental:
             return rng.integers(0, self.keys, self.records, dtype=np.int64)
         if epoch == 1:
             return rng.permutation(self.keys).astype(np.int64)
-        subset = rng.choice(self.keys, size=self.touched, replace=False).astype(np.int64)
-        return subset[rng.integers(0, self.touched, self.records, dtype=np.int64)]
+        return rng.choice(self.keys, size=self.records, replace=False).astype(np.int64)
 
     def values(self, epoch: int) -> np.ndarray:
         n = len(self.key_ids(epoch))

@@ -1,0 +1,647 @@
+"""Engine benchmark: ``python -m bench.engine [--quick] [--parts vectorised,python,incremental]``.
+
+One SparkSession (``local[2]``, `runners.engine.session.build_spark_session`) and the same
+generated Parquet epochs (bench/datagen.py: one file per epoch, uniform keys, fixed seed) for
+every variant of one keyed running aggregate: count, sum and max of ``value`` per ``key``, state
+kept across epochs, one output row per changed key per epoch.
+
+1. Vectorised path (default 1,000,000 keys, 10 epochs x 1,000,000 records): the engine's
+   built-in aggregation committing every epoch (``engine_rps``); Spark's streaming
+   ``groupBy().agg()`` in update mode on the default state store (``spark_builtin_rps``); a
+   stateless ``spark.read.parquet(file).groupBy().agg()`` per epoch file (``stateless_rps``).
+2. Per-key Python path (default 50,000 keys, 5 epochs x 50,000 records): the engine's per-key
+   ``process`` function (``engine_python_rps``); ``transformWithStateInPandas`` on RocksDB
+   (``spark_tws_rps``).
+3. Incremental snapshots (1,000,000 keys; epoch 1 writes every key, then epochs touching 1% of
+   the keys): ``bytes_written_per_epoch`` vs ``changed_state_bytes_per_epoch``.
+
+Every variant is warmed once on a tiny set first; rates exclude JVM start. Per-epoch checksums
+(bench/checksum.py) of every stateful variant must equal each other and a numpy reference
+computed from the generator's arrays; the stateless variant's (per-epoch partials, not running
+values) must equal a per-epoch numpy reference. Any mismatch: a loud message on stderr, the
+JSON still printed with ``"checksums_match": false``, exit status 1.
+
+Progress goes to stderr; the last stdout line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bench import checksum as ck
+from bench.datagen import EpochSet
+from bench.timing import PeakRss, VariantResult, log, percentile, tree_rss_mb
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PARTS = ("vectorised", "python", "incremental")
+PARALLELISM = 2
+MAX_PARALLELISM = 128
+
+REQUIRED_KEYS = (
+    "records",
+    "keys",
+    "epochs",
+    "engine_rps",
+    "spark_builtin_rps",
+    "stateless_rps",
+    "ratio_vs_spark_builtin",
+    "ratio_vs_stateless",
+    "engine_python_rps",
+    "spark_tws_rps",
+    "ratio_python_vs_spark_tws",
+    "bytes_written_per_epoch",
+    "changed_state_bytes_per_epoch",
+    "commit_p50_ms",
+    "commit_p99_ms",
+    "peak_rss_mb",
+)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    keys: int
+    records: int
+    epochs: int
+    python_keys: int
+    python_records: int
+    python_epochs: int
+    incremental_keys: int
+    incremental_fraction: float
+    incremental_epochs: int
+    warm_keys: int
+    warm_records: int
+    warm_epochs: int
+
+
+DEFAULT_SIZES = Sizes(
+    keys=1_000_000,
+    records=1_000_000,
+    epochs=10,
+    python_keys=50_000,
+    python_records=50_000,
+    python_epochs=5,
+    incremental_keys=1_000_000,
+    incremental_fraction=0.01,
+    incremental_epochs=4,
+    warm_keys=5_000,
+    warm_records=5_000,
+    warm_epochs=3,
+)
+QUICK_SIZES = Sizes(
+    keys=2_000,
+    records=2_000,
+    epochs=3,
+    python_keys=500,
+    python_records=500,
+    python_epochs=3,
+    incremental_keys=20_000,
+    incremental_fraction=0.01,
+    incremental_epochs=3,
+    warm_keys=500,
+    warm_records=500,
+    warm_epochs=2,
+)
+
+
+# -- the engine variants ---------------------------------------------------------------------
+
+
+def running_aggregate(key: Any, records: list[dict[str, Any]], state: Any, ctx: Any) -> Iterator:
+    """The per-key Python job: count, sum and max of ``value``, kept in the key's value state."""
+    previous = state.get()
+    if previous is None:
+        count, total, maximum = 0, 0, None
+    else:
+        count, total, maximum = previous
+    for record in records:
+        value = record["value"]
+        count += 1
+        total += value
+        if maximum is None or value > maximum:
+            maximum = value
+    state.update((count, total, maximum))
+    yield {"key": key, "count": count, "sum_value": total, "max_value": maximum}
+
+
+def _engine_job(name: str, epochs: EpochSet, python: bool) -> Any:
+    from runners.engine import Job, sources
+    from runners.engine import aggregations as agg
+
+    source = sources.ParquetDirectory(str(epochs.directory), max_files_per_epoch=1)
+    if python:
+        return Job(name=name, source=source, key="key", process=running_aggregate, code_version="1")
+    return Job(
+        name=name,
+        source=source,
+        key="key",
+        aggregate=[agg.count(), agg.sum("value"), agg.max("value")],
+        code_version="1",
+    )
+
+
+def _store_object_bytes(store_url: str, namespace: str) -> int | None:
+    """Bytes under the namespace's objects/ folder (file:// stores only), else None."""
+    if store_url.startswith("file://"):
+        root = Path(store_url[len("file://") :])
+    elif "://" not in store_url:
+        root = Path(store_url)
+    else:
+        return None
+    objects = root / namespace / "objects"
+    if not objects.exists():
+        return 0
+    return sum(f.stat().st_size for f in objects.rglob("*") if f.is_file())
+
+
+def run_engine(
+    spark: SparkSession,
+    epochs: EpochSet,
+    store_url: str,
+    namespace: str,
+    *,
+    python: bool,
+    name: str,
+    measure_store: bool = False,
+) -> VariantResult:
+    """Run the engine for `epochs.epochs` epochs, committing each; checksums from read_output."""
+    from runners.engine import EpochRunner, read_output
+    from snapshots_store import Repository
+
+    repo = Repository.open(store_url, namespace)
+    job = _engine_job(name, epochs, python)
+    results: list[Any] = []
+    store_deltas: list[int] = []
+    before = _store_object_bytes(store_url, namespace) if measure_store else None
+    t0 = time.perf_counter()
+    runner = EpochRunner(
+        spark,
+        job,
+        repo=repo,
+        branch="main",
+        parallelism=PARALLELISM,
+        max_parallelism=MAX_PARALLELISM,
+    )
+    epoch_seconds: list[float] = []
+    setup_s = time.perf_counter() - t0
+    for _ in range(epochs.epochs):
+        e0 = time.perf_counter()
+        res = runner.run_epoch()
+        epoch_seconds.append(time.perf_counter() - e0)
+        results.append(res)
+        if measure_store:
+            # Measured outside the epoch's timed span, never inside.
+            now = _store_object_bytes(store_url, namespace)
+            if now is not None and before is not None:
+                store_deltas.append(now - before)
+                before = now
+    seconds = setup_s + sum(epoch_seconds)
+    records = sum(int(r.records_in) for r in results)
+    if records != epochs.total_records:
+        raise RuntimeError(f"{name} read {records} records, expected {epochs.total_records}")
+    checksums = engine_checksums(read_output(repo, "main"), epochs.epochs)
+    extra: dict[str, Any] = {
+        "setup_s": setup_s,
+        "commit_ms": [float(r.commit_ms) for r in results],
+        "duration_s": [float(r.duration_s) for r in results],
+        "bytes_written": [int(r.bytes_written) for r in results],
+        "changed_state_bytes": [int(r.changed_state_bytes) for r in results],
+        "output_rows": [int(r.output_rows) for r in results],
+        "dead_letters": [int(r.dead_letters) for r in results],
+        "parallelism": [int(r.parallelism) for r in results],
+    }
+    if store_deltas:
+        extra["store_object_bytes"] = store_deltas
+    for key in ("stage_ms", "stats", "timings"):  # optional per-stage timings, when exposed
+        values = [getattr(r, key) for r in results if getattr(r, key, None)]
+        if values:
+            extra[key] = values
+    return VariantResult(name, records, seconds, epoch_seconds, checksums, extra)
+
+
+def engine_checksums(table: Any, epochs: int) -> list[ck.Checksum]:
+    """Split the engine's output union by ``_epoch`` (1..epochs) and checksum each epoch."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if table.num_rows == 0:
+        return [ck.EMPTY] * epochs
+    epoch_col = np.asarray(pc.cast(table.column("_epoch"), "int64").to_numpy())
+    found = sorted(set(np.unique(epoch_col).tolist()))
+    if found and (found[0] < 1 or found[-1] > epochs):
+        raise RuntimeError(f"engine output has epochs {found}, expected 1..{epochs}")
+    order = np.argsort(epoch_col, kind="stable")
+    table = table.take(order)
+    epoch_col = epoch_col[order]
+    bounds = np.searchsorted(epoch_col, np.arange(1, epochs + 2))
+    result = []
+    for e in range(epochs):
+        start, end = int(bounds[e]), int(bounds[e + 1])
+        result.append(ck.checksum_arrow(table.slice(start, end - start)))
+    return result
+
+
+# -- orchestration ---------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(
+        self, spark: SparkSession, work: Path, store_url: str, sizes: Sizes, engine: bool = True
+    ) -> None:
+        self.engine = engine
+        self.spark = spark
+        self.work = work
+        self.store_url = store_url
+        self.sizes = sizes
+        self.run_id = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + f"-{os.getpid()}"
+        self.problems: list[str] = []
+        self.results: dict[str, VariantResult] = {}
+
+    def namespace(self, name: str) -> str:
+        return f"bench-{name}-{self.run_id}".replace("_", "-")
+
+    def dataset(self, name: str, **kwargs: Any) -> EpochSet:
+        t0 = time.perf_counter()
+        epochs = EpochSet(self.work / "data" / name, **kwargs).generate()
+        log(
+            f"data {name}: {epochs.epochs} files, {epochs.total_records:,} records "
+            f"({time.perf_counter() - t0:.1f} s)"
+        )
+        return epochs
+
+    def check(self, result: VariantResult, expected: list[ck.Checksum], what: str) -> None:
+        problems = ck.compare(result.name, result.checksums, expected, what)
+        if problems:
+            self.problems.extend(problems)
+            log(f"CHECKSUM MISMATCH: {result.name} vs {what}")
+        else:
+            log(f"checksums OK: {result.name} == {what} ({len(expected)} epochs)")
+
+    def record(self, result: VariantResult) -> VariantResult:
+        self.results[result.name] = result
+        log(result.summary())
+        return result
+
+    # warm-up ---------------------------------------------------------------------------------
+
+    def warm(self, parts: Iterable[str]) -> None:
+        from bench import spark_peers
+
+        s = self.sizes
+        warm = self.dataset(
+            "warm", keys=s.warm_keys, records=s.warm_records, epochs=s.warm_epochs, seed=99
+        )
+        expected = ck.reference_running(warm)
+        runs: list[tuple[str, Any]] = []
+        parts = set(parts)
+        if "vectorised" in parts:
+            runs += [
+                (
+                    "spark_builtin",
+                    lambda: spark_peers.run_spark_builtin(
+                        self.spark, warm, self.work / "cp-warm-builtin"
+                    ),
+                ),
+                ("stateless", lambda: spark_peers.run_stateless(self.spark, warm)),
+            ]
+        if self.engine and parts & {"vectorised", "incremental"}:
+            runs.append(
+                (
+                    "engine",
+                    lambda: run_engine(
+                        self.spark,
+                        warm,
+                        self.store_url,
+                        self.namespace("warm-vec"),
+                        python=False,
+                        name="engine",
+                    ),
+                )
+            )
+        if self.engine and "python" in parts:
+            runs.append(
+                (
+                    "engine_python",
+                    lambda: run_engine(
+                        self.spark,
+                        warm,
+                        self.store_url,
+                        self.namespace("warm-py"),
+                        python=True,
+                        name="engine_python",
+                    ),
+                )
+            )
+        if "python" in parts:
+            runs.append(
+                (
+                    "spark_tws",
+                    lambda: spark_peers.run_spark_tws(self.spark, warm, self.work / "cp-warm-tws"),
+                )
+            )
+        for name, run in runs:
+            t0 = time.perf_counter()
+            result = run()
+            log(f"warm {name}: {time.perf_counter() - t0:.1f} s")
+            if name == "stateless":
+                self.check(result, ck.reference_per_epoch(warm), "reference (warm)")
+            else:
+                self.check(result, expected, "reference (warm)")
+
+    # the three parts -------------------------------------------------------------------------
+
+    def vectorised(self) -> None:
+        from bench import spark_peers
+
+        s = self.sizes
+        data = self.dataset("vectorised", keys=s.keys, records=s.records, epochs=s.epochs)
+        t0 = time.perf_counter()
+        expected = ck.reference_running(data)
+        per_epoch = ck.reference_per_epoch(data)
+        log(f"numpy reference checksums: {time.perf_counter() - t0:.1f} s")
+        builtin = self.record(
+            spark_peers.run_spark_builtin(self.spark, data, self.work / "cp-builtin")
+        )
+        self.check(builtin, expected, "reference")
+        stateless = self.record(spark_peers.run_stateless(self.spark, data))
+        self.check(stateless, per_epoch, "per-epoch reference (stateless: no running state)")
+        if not self.engine:
+            return
+        engine = self.record(
+            run_engine(
+                self.spark, data, self.store_url, self.namespace("vec"), python=False, name="engine"
+            )
+        )
+        self.check(engine, expected, "reference")
+        self.check(engine, builtin.checksums, "spark_builtin")
+
+    def python(self) -> None:
+        from bench import spark_peers
+
+        s = self.sizes
+        data = self.dataset(
+            "python", keys=s.python_keys, records=s.python_records, epochs=s.python_epochs
+        )
+        expected = ck.reference_running(data)
+        engine = None
+        if self.engine:
+            engine = self.record(
+                run_engine(
+                    self.spark,
+                    data,
+                    self.store_url,
+                    self.namespace("py"),
+                    python=True,
+                    name="engine_python",
+                )
+            )
+            self.check(engine, expected, "reference")
+        tws = self.record(spark_peers.run_spark_tws(self.spark, data, self.work / "cp-tws"))
+        self.check(tws, expected, "reference")
+        if engine is not None:
+            self.check(tws, engine.checksums, "engine_python")
+
+    def incremental(self) -> None:
+        if not self.engine:
+            log("incremental: engine skipped, nothing to measure")
+            return
+        s = self.sizes
+        touched = max(1, round(s.incremental_keys * s.incremental_fraction))
+        data = self.dataset(
+            "incremental",
+            keys=s.incremental_keys,
+            records=touched,
+            epochs=s.incremental_epochs,
+            incremental=True,
+        )
+        expected = ck.reference_running(data)
+        engine = self.record(
+            run_engine(
+                self.spark,
+                data,
+                self.store_url,
+                self.namespace("inc"),
+                python=False,
+                name="engine_incremental",
+                measure_store=True,
+            )
+        )
+        self.check(engine, expected, "reference")
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a and b else None
+
+
+def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str, Any]) -> dict:
+    r = bench.results
+    s = bench.sizes
+
+    def rps(name: str) -> float | None:
+        return round(r[name].rps, 1) if name in r else None
+
+    engine_commits = [
+        ms
+        for name in ("engine", "engine_python", "engine_incremental")
+        if name in r
+        for ms in r[name].extra["commit_ms"]
+    ]
+    inc = r.get("engine_incremental")
+    inc_written = inc.extra["bytes_written"][1:] if inc else []
+    inc_changed = inc.extra["changed_state_bytes"][1:] if inc else []
+    bytes_written = _mean([float(x) for x in inc_written])
+    changed = _mean([float(x) for x in inc_changed])
+    report: dict[str, Any] = {
+        "bench": "engine",
+        "parts": parts,
+        "records": s.records,
+        "total_records": s.records * s.epochs,
+        "keys": s.keys,
+        "epochs": s.epochs,
+        "records_per_epoch": s.records,
+        "engine_rps": rps("engine"),
+        "spark_builtin_rps": rps("spark_builtin"),
+        "stateless_rps": rps("stateless"),
+        "ratio_vs_spark_builtin": _ratio(rps("engine"), rps("spark_builtin")),
+        "ratio_vs_stateless": _ratio(rps("engine"), rps("stateless")),
+        "python_records": s.python_records * s.python_epochs,
+        "python_keys": s.python_keys,
+        "python_epochs": s.python_epochs,
+        "engine_python_rps": rps("engine_python"),
+        "spark_tws_rps": rps("spark_tws"),
+        "ratio_python_vs_spark_tws": _ratio(rps("engine_python"), rps("spark_tws")),
+        "incremental_keys": s.incremental_keys,
+        "incremental_keys_touched_per_epoch": round(s.incremental_keys * s.incremental_fraction),
+        "bytes_written_per_epoch": round(bytes_written) if bytes_written is not None else None,
+        "changed_state_bytes_per_epoch": round(changed) if changed is not None else None,
+        "ratio_bytes_written_vs_changed": _ratio(bytes_written, changed),
+        "commit_p50_ms": round(percentile(engine_commits, 50), 1) if engine_commits else None,
+        "commit_p99_ms": round(percentile(engine_commits, 99), 1) if engine_commits else None,
+        "peak_rss_mb": round(peak.peak_mb, 1),
+        "peak_rss_mb_by_phase": {k: round(v, 1) for k, v in peak.peaks.items()},
+        "seconds_per_epoch": {
+            name: [round(x, 3) for x in v.epoch_seconds] for name, v in r.items()
+        },
+        "steady_seconds_per_epoch": {name: round(v.steady_epoch_s, 3) for name, v in r.items()},
+        "variant_seconds": {name: round(v.seconds, 3) for name, v in r.items()},
+        "checksums_match": not bench.problems,
+        "checksum_problems": bench.problems[:20],
+    }
+    if inc:
+        report["incremental_first_epoch_bytes_written"] = inc.extra["bytes_written"][0]
+        if "store_object_bytes" in inc.extra:
+            stored = inc.extra["store_object_bytes"]
+            report["incremental_store_object_bytes_per_epoch"] = _mean(
+                [float(x) for x in stored[1:]]
+            )
+            report["incremental_store_object_bytes_first_epoch"] = stored[0]
+    report["engine_epoch_detail"] = {
+        name: {k: v for k, v in r[name].extra.items()}
+        for name in ("engine", "engine_python", "engine_incremental")
+        if name in r
+    }
+    report.update(extra)
+    return report
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.engine", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke run")
+    p.add_argument("--keys", type=int)
+    p.add_argument("--records", type=int, help="records per epoch (vectorised part)")
+    p.add_argument("--epochs", type=int)
+    p.add_argument("--python-keys", type=int)
+    p.add_argument("--python-records", type=int, help="records per epoch (Python part)")
+    p.add_argument("--python-epochs", type=int)
+    p.add_argument("--incremental-keys", type=int)
+    p.add_argument("--incremental-epochs", type=int)
+    p.add_argument("--parts", default=",".join(PARTS), help="comma list of " + ", ".join(PARTS))
+    p.add_argument("--work-dir", help="data, checkpoints, default store (kept when given)")
+    p.add_argument("--store-url", help="snapshot store URL (default: file://<work-dir>/store)")
+    p.add_argument("--no-warm", action="store_true", help="skip the warm-up (debugging only)")
+    p.add_argument(
+        "--skip-engine", action="store_true", help="run only the Spark peers (validating them)"
+    )
+    args = p.parse_args(argv)
+    parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown or not parts:
+        p.error(f"--parts: unknown {unknown}; choose from {', '.join(PARTS)}")
+    args.parts = [x for x in PARTS if x in parts]
+    return args
+
+
+def sizes_from(args: argparse.Namespace) -> Sizes:
+    base = QUICK_SIZES if args.quick else DEFAULT_SIZES
+    overrides = {
+        name: getattr(args, name)
+        for name in (
+            "keys",
+            "records",
+            "epochs",
+            "python_keys",
+            "python_records",
+            "python_epochs",
+            "incremental_keys",
+            "incremental_epochs",
+        )
+        if getattr(args, name) is not None
+    }
+    for name, value in overrides.items():
+        if value < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
+    return Sizes(**{**base.__dict__, **overrides})
+
+
+def _prepare_environment() -> None:
+    """Python workers must run this interpreter (pandas, pyarrow) and import bench/runners."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    path = os.environ.get("PYTHONPATH", "")
+    if str(REPO_ROOT) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), path) if x)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    sizes = sizes_from(args)
+    _prepare_environment()
+    keep = args.work_dir is not None
+    work = Path(args.work_dir) if keep else Path(tempfile.mkdtemp(prefix="bench-engine-"))
+    work.mkdir(parents=True, exist_ok=True)
+    store_url = args.store_url or f"file://{(work / 'store').resolve()}"
+    log(f"parts={args.parts} sizes={sizes} work={work} store={store_url}")
+    started = time.perf_counter()
+    load_start = os.getloadavg()
+    try:
+        with PeakRss() as peak:
+            from runners.engine.session import build_spark_session
+
+            peak.phase("session")
+            t0 = time.perf_counter()
+            spark = build_spark_session(master="local[2]", app_name="bench-engine")
+            session_s = time.perf_counter() - t0
+            log(
+                f"SparkSession {spark.version} {spark.sparkContext.master} in {session_s:.1f} s "
+                f"(excluded from every rate); tree RSS {tree_rss_mb():.0f} MB"
+            )
+            bench = Bench(spark, work, store_url, sizes, engine=not args.skip_engine)
+            if not args.no_warm:
+                peak.phase("warm")
+                bench.warm(args.parts)
+            for part in args.parts:
+                peak.phase(part)
+                log(f"== part {part}")
+                getattr(bench, part)()
+        report = build_report(
+            bench,
+            args.parts,
+            peak,
+            {
+                "spark_session_start_s": round(session_s, 2),
+                "wall_s": round(time.perf_counter() - started, 1),
+                "cpus": os.cpu_count(),
+                "loadavg_start": [round(x, 2) for x in load_start],
+                "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+                "spark_version": spark.version,
+                "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "quick": args.quick,
+            },
+        )
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    if bench.problems:
+        bar = "!" * 78
+        print(
+            f"{bar}\nCHECKSUM MISMATCH: the variants did not produce the same output\n"
+            + "\n".join(bench.problems)
+            + f"\n{bar}",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(json.dumps(report, sort_keys=False), flush=True)
+    return 1 if bench.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
