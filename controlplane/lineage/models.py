@@ -66,11 +66,13 @@ class Snapshot(models.Model):
     # The manifest's parent ids in order (also in SnapshotParent); read with every log row.
     parent_ids = models.JSONField(default=list)
     parent_count = models.PositiveSmallIntegerField(default=0)
+    # Inside an application the index is derived data: removing a row removes what was
+    # derived from it (its descendants), so every link within the graph cascades.
     first_parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
     )
     generation = models.PositiveBigIntegerField()
-    chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="+")
+    chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="+")
 
     class Meta:
         constraints = [
@@ -106,7 +108,7 @@ class SnapshotParent(models.Model):
     """Parent `position` (0 = first parent) of `child`; merges have several."""
 
     child = models.ForeignKey(Snapshot, on_delete=models.CASCADE, related_name="parent_links")
-    parent = models.ForeignKey(Snapshot, on_delete=models.PROTECT, related_name="child_links")
+    parent = models.ForeignKey(Snapshot, on_delete=models.CASCADE, related_name="child_links")
     position = models.PositiveSmallIntegerField()
 
     class Meta:
@@ -129,7 +131,7 @@ class ChainEdge(models.Model):
 
     from_chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="+")
     from_generation = models.PositiveBigIntegerField()
-    to_chain = models.ForeignKey(Chain, on_delete=models.PROTECT, related_name="+")
+    to_chain = models.ForeignKey(Chain, on_delete=models.CASCADE, related_name="+")
     to_generation = models.PositiveBigIntegerField()
     first_parent = models.BooleanField()
 
@@ -160,7 +162,7 @@ class Branch(models.Model):
     application = models.ForeignKey(Application, on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=255)
     head = models.ForeignKey(
-        Snapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        Snapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     reflog_seq = models.PositiveBigIntegerField(default=0)
 
@@ -181,7 +183,7 @@ class Tag(models.Model):
     application = models.ForeignKey(Application, on_delete=models.CASCADE, related_name="+")
     name = models.CharField(max_length=255)
     target = models.ForeignKey(
-        Snapshot, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+        Snapshot, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     reflog_seq = models.PositiveBigIntegerField(default=0)
 

@@ -369,6 +369,7 @@ def _walk_new(
     frontier = list(dict.fromkeys(starts))
     # A first (full) index has nothing to stop at: skip asking the database on every step.
     anything_indexed = Snapshot.objects.filter(application=application).exists()
+    reported = 0
     while frontier:
         batch = [s for s in frontier if s not in found and s not in known and s not in missing]
         if anything_indexed:
@@ -382,7 +383,9 @@ def _walk_new(
                 found[sid] = manifest
                 following.extend(manifest.parents)
         frontier = list(dict.fromkeys(following))
-        report(ReindexProgress("walk", documents_count, len(found), 0))
+        if len(found) - reported >= 1000 or not frontier:
+            reported = len(found)
+            report(ReindexProgress("walk", documents_count, reported, 0))
     return found, missing
 
 

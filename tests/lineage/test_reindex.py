@@ -268,3 +268,14 @@ def test_manage_py_reindex_prints_progress_and_summary(
 def test_manage_py_reindex_names_an_unknown_application(tmp_path: Path, db: None) -> None:
     with pytest.raises(CommandError, match="no application named 'nope'"):
         call_command("reindex", "--application", "nope", "--store", f"file://{tmp_path}")
+
+
+def test_deleting_an_application_removes_its_index(
+    application: Application, repo: Repository
+) -> None:
+    build_in_store(repo, STEPS)
+    reindex_application(application=application, repo=repo)
+    application.delete()
+    assert not Snapshot.objects.exists()
+    assert not Chain.objects.exists()
+    assert not ReflogEntry.objects.exists()
