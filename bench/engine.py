@@ -123,7 +123,8 @@ QUICK_SIZES = Sizes(
 
 def running_aggregate(key: Any, records: list[dict[str, Any]], state: Any, ctx: Any) -> Iterator:
     """The per-key Python job: count, sum and max of ``value``, kept in the key's value state."""
-    previous = state.get()
+    agg_state = state.value("agg")
+    previous = agg_state.get()
     if previous is None:
         count, total, maximum = 0, 0, None
     else:
@@ -134,7 +135,7 @@ def running_aggregate(key: Any, records: list[dict[str, Any]], state: Any, ctx: 
         total += value
         if maximum is None or value > maximum:
             maximum = value
-    state.update((count, total, maximum))
+    agg_state.set((count, total, maximum))
     yield {"key": key, "count": count, "sum_value": total, "max_value": maximum}
 
 

@@ -1,0 +1,90 @@
+"""`python -m bench.engine --quick` runs end to end and every variant's checksums agree.
+
+Run as a subprocess: the bench starts its own SparkSession with its own settings (state store
+provider switches, Python worker interpreter), which must not leak into the shared test session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import checksum as ck
+from bench.datagen import EpochSet
+from bench.engine import REQUIRED_KEYS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.spark
+
+
+def test_reference_checksums_agree_with_arrow(tmp_path: Path) -> None:
+    """The numpy reference and the Arrow checksum compute the same function."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    data = EpochSet(tmp_path / "d", keys=300, records=400, epochs=2).generate()
+    per_epoch = ck.reference_per_epoch(data)
+    for epoch, expected in zip(range(1, 3), per_epoch, strict=True):
+        table = pq.read_table(data.path(epoch))
+        grouped = table.group_by("key").aggregate(
+            [("value", "count"), ("value", "sum"), ("value", "max")]
+        )
+        grouped = grouped.rename_columns(
+            [
+                {"value_count": "count", "value_sum": "sum_value", "value_max": "max_value"}.get(
+                    n, n
+                )
+                for n in grouped.column_names
+            ]
+        )
+        assert ck.checksum_arrow(grouped) == expected
+        assert expected.rows == pc.count_distinct(table.column("key")).as_py()
+    running = ck.reference_running(data)
+    assert running[0] == per_epoch[0]
+    # Epoch 2 outputs the running values of the keys it touched: same rows, larger counts.
+    assert running[1].rows == per_epoch[1].rows
+    assert running[1].sum_count > per_epoch[1].sum_count == 400
+
+
+def test_bench_engine_quick(tmp_path: Path) -> None:
+    if shutil.which("java") is None:
+        pytest.skip("install OpenJDK 17")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.engine", "--quick", "--work-dir", str(tmp_path / "w")],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines, f"no stdout; stderr tail:\n{proc.stderr[-4000:]}"
+    report = json.loads(lines[-1])
+    assert proc.returncode == 0, f"exit {proc.returncode}; stderr tail:\n{proc.stderr[-4000:]}"
+    missing = [k for k in REQUIRED_KEYS if k not in report]
+    assert not missing, missing
+    assert report["checksums_match"] is True, report["checksum_problems"]
+    for key in REQUIRED_KEYS:
+        assert report[key] is not None, key
+    assert report["engine_rps"] > 0 and report["spark_builtin_rps"] > 0
+    assert report["engine_python_rps"] > 0 and report["spark_tws_rps"] > 0
+    assert report["bytes_written_per_epoch"] > 0
+    assert report["changed_state_bytes_per_epoch"] > 0
+    assert report["peak_rss_mb"] > 100  # the JVM is in the process tree
+    assert set(report["seconds_per_epoch"]) >= {
+        "engine",
+        "spark_builtin",
+        "stateless",
+        "engine_python",
+        "spark_tws",
+        "engine_incremental",
+    }
