@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,8 @@ def build_spark_session(
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers must run the driver's interpreter (the venv with pyarrow, mmh3, …).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master or os.environ.get("SPARK_MASTER", "local[2]"))
     builder = builder.appName(app_name)
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():

@@ -1,0 +1,39 @@
+"""Fault injection for the crash matrix: ``EPOCHAL_CRASH_AT=<point>:<epoch>`` SIGKILLs the
+job's driver at a named point of the commit protocol in that epoch (never set in production).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = (
+    "before_chunks",
+    "after_chunks",
+    "after_outputs",
+    "after_manifest",
+    "after_cas",
+    "mid_notify",
+)
+ENV = "EPOCHAL_CRASH_AT"
+
+
+def crash_spec() -> tuple[str, int] | None:
+    """The (point, epoch) from the environment, or None."""
+    raw = os.environ.get(ENV, "").strip()
+    if not raw:
+        return None
+    point, _, epoch = raw.partition(":")
+    if point not in POINTS or not epoch.isdigit():
+        raise ValueError(f"{ENV}={raw!r}: expected <point>:<epoch> with point in {POINTS}")
+    return point, int(epoch)
+
+
+def maybe_crash(spec: tuple[str, int] | None, point: str, epoch: int, driver_pid: int = 0) -> None:
+    """SIGKILL the driver (and this process) when `spec` names this point and epoch."""
+    if spec is None or spec != (point, epoch):
+        return
+    pid = driver_pid or os.getpid()
+    os.kill(pid, signal.SIGKILL)
+    if pid != os.getpid():
+        os._exit(137)

@@ -1,0 +1,292 @@
+"""The epoch loop on the driver: plan offsets, run one Spark job per epoch, commit by CAS.
+
+Commit protocol (docs/engine.md): read the control document; plan ``[parent offsets, end)``;
+map tasks route records to key groups and partially aggregate; p reduce tasks (one per
+key-group range) merge with the parent's state, write chunks and outputs; the driver writes
+the manifest and compare-and-swaps the branch ref — the only commit point.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from runners.engine.crash import crash_spec, maybe_crash
+from runners.engine.job import Job
+from runners.engine.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
+from runners.engine.sources import Split, end_offsets
+from runners.engine.tasks import MapShare, ReduceResult, TaskPlan, map_split, reduce_partition
+from snapshots_store import Manifest, PrefixedBackend, RefConflictError, Repository
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+Notify = Callable[["EpochResult"], None] | str | None
+
+
+class EngineError(RuntimeError):
+    """The engine cannot go on (branch moved underneath it, M mismatch, …)."""
+
+
+@dataclass(frozen=True)
+class EpochResult:
+    """What one committed epoch did."""
+
+    snapshot_id: str
+    epoch: int
+    records_in: int
+    output_rows: int
+    dead_letters: int
+    duration_s: float
+    commit_ms: float
+    bytes_written: int
+    changed_state_bytes: int
+    parallelism: int
+
+
+def _store_location(repo: Repository) -> tuple[str, str]:
+    backend = repo.backend
+    if not isinstance(backend, PrefixedBackend):
+        raise EngineError("the engine needs a Repository opened with Repository.open(url, ns)")
+    return backend.inner.url, backend.prefix.rstrip("/")
+
+
+class EpochRunner:
+    """Runs a job's epochs on one branch, each committed as a snapshot."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        job: Job,
+        *,
+        repo: Repository,
+        branch: str = "main",
+        parallelism: int = 2,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+        base: str | None = None,
+        notify: Notify = None,
+        poll_interval_s: float = 0.5,
+        compaction_ratio: float = 1.0,
+    ) -> None:
+        check_parallelism(parallelism, max_parallelism)
+        self.spark = spark
+        self.job = job
+        self.repo = repo
+        self.branch = branch
+        self.parallelism = parallelism
+        self.max_parallelism = max_parallelism
+        self.base = None if base is None else repo.resolve(base)
+        self.notify = notify
+        self.poll_interval_s = poll_interval_s
+        self.compaction_ratio = compaction_ratio
+        self.store_url, self.namespace = _store_location(repo)
+        self.crash = crash_spec()
+        self.stopped_reason: str | None = None
+
+    # -- one epoch ---------------------------------------------------------------------------
+
+    def _parent(self) -> tuple[str | None, str | None, Manifest | None]:
+        """(expected head, parent snapshot id, parent manifest)."""
+        head = self.repo.read_ref(f"heads/{self.branch}")
+        expected = None if head is None else head.target
+        parent_id = expected if expected is not None else self.base
+        parent = None if parent_id is None else self.repo.read_manifest(parent_id)
+        return expected, parent_id, parent
+
+    def run_epoch(self) -> EpochResult | None:
+        """Process and commit the next epoch; None when there is no new data, or when the
+        control document pauses or stops the job (see `stopped_reason`)."""
+        started = time.perf_counter()
+        control, _ = self.repo.read_control(self.branch)
+        expected, parent_id, parent = self._parent()
+        last_epoch = 0 if parent is None else parent.epoch
+        stop_after = control.get("stop_after_epoch")
+        if isinstance(stop_after, int) and last_epoch >= stop_after:
+            self.stopped_reason = f"stop_after_epoch {stop_after}"
+            return None
+        if control.get("paused"):
+            self.stopped_reason = "paused"
+            return None
+        m = self.max_parallelism if parent is None else parent.max_parallelism
+        if parent is not None and m != self.max_parallelism:
+            log.info("lineage max parallelism is %d (runner asked %d)", m, self.max_parallelism)
+        p = control.get("parallelism", self.parallelism)
+        p = check_parallelism(int(p), m)
+        source = self.job.source
+        committed = {} if parent is None else dict(parent.offsets.get(source.name, {}))
+        splits = source.plan(committed)
+        if not splits:
+            self.stopped_reason = "no new data"
+            return None
+        epoch = last_epoch + 1
+        if self.job.time_mode == "logical":
+            now_ms = epoch * self.job.logical_epoch_ms
+        else:
+            now_ms = max(
+                int(time.time() * 1000), 0 if parent is None else parent.processing_time_ms
+            )
+        plan = TaskPlan(
+            job=self.job,
+            store_url=self.store_url,
+            namespace=self.namespace,
+            branch=self.branch,
+            epoch=epoch,
+            parallelism=p,
+            max_parallelism=m,
+            key_groups={} if parent is None else dict(parent.key_groups),
+            processing_time_ms=now_ms,
+            crash=self.crash,
+            driver_pid=os.getpid(),
+            compaction_ratio=self.compaction_ratio,
+        )
+        results = self._run_tasks(plan, splits)
+        maybe_crash(self.crash, "after_chunks", epoch)
+        maybe_crash(self.crash, "after_outputs", epoch)
+        key_groups = {} if parent is None else dict(parent.key_groups)
+        outputs: list[str] = []
+        for r in sorted(results, key=lambda r: r.task):
+            key_groups.update(r.key_groups)
+            outputs.extend(r.outputs)
+        offsets = {} if parent is None else {s: dict(o) for s, o in parent.offsets.items()}
+        offsets[source.name] = end_offsets(committed, splits)
+        stats: dict[str, int | float] = {
+            "records_in": sum(r.records_in for r in results),
+            "output_rows": sum(r.output_rows for r in results),
+            "dead_letters": sum(r.dead_letters for r in results),
+            "bytes_written": sum(r.bytes_written for r in results),
+            "changed_state_bytes": sum(r.changed_state_bytes for r in results),
+            "chunks_written": sum(r.chunks_written for r in results),
+            "cache_hits": sum(r.cache_hits for r in results),
+            "cache_misses": sum(r.cache_misses for r in results),
+            "splits": len(splits),
+        }
+        commit_started = time.perf_counter()
+        stats["process_s"] = round(commit_started - started, 6)
+        manifest = Manifest(
+            branch=self.branch,
+            epoch=epoch,
+            parents=() if parent_id is None else (parent_id,),
+            max_parallelism=m,
+            parallelism=p,
+            kind="epoch",
+            key_groups=key_groups,
+            outputs=outputs,
+            offsets=offsets,
+            code_version=self.job.code_version,
+            config_hash=self.job.config_hash,
+            processing_time_ms=now_ms,
+            stats=stats,
+            extra={"job": self.job.name, "control": _applied(control, p)},
+        )
+        self.repo.write_manifest(manifest)
+        maybe_crash(self.crash, "after_manifest", epoch)
+        try:
+            snapshot_id = self.repo.commit(
+                manifest, self.branch, expected_head=expected, reason=f"epoch {epoch}"
+            )
+        except RefConflictError as exc:
+            raise EngineError(
+                f"branch {self.branch!r} moved to {exc.actual} while epoch {epoch} ran "
+                f"(expected {expected}); another writer or an operation owns it: restart the "
+                "job from the new head"
+            ) from None
+        commit_ms = (time.perf_counter() - commit_started) * 1000
+        maybe_crash(self.crash, "after_cas", epoch)
+        result = EpochResult(
+            snapshot_id=snapshot_id,
+            epoch=epoch,
+            records_in=int(stats["records_in"]),
+            output_rows=int(stats["output_rows"]),
+            dead_letters=int(stats["dead_letters"]),
+            duration_s=time.perf_counter() - started,
+            commit_ms=commit_ms,
+            bytes_written=int(stats["bytes_written"]),
+            changed_state_bytes=int(stats["changed_state_bytes"]),
+            parallelism=p,
+        )
+        self._notify(result)
+        return result
+
+    def _run_tasks(self, plan: TaskPlan, splits: list[Split]) -> list[ReduceResult]:
+        sc = self.spark.sparkContext
+        p = plan.parallelism
+
+        def mapper(item: tuple[int, Split]) -> Any:
+            return map_split(plan, item[0], item[1])
+
+        def reducer(index: int, shares: Any) -> Any:
+            return reduce_partition(plan, index, shares)
+
+        def by_task(task: int) -> int:
+            return task
+
+        shares: Any = sc.parallelize(list(enumerate(splits)), len(splits)).flatMap(mapper)
+        routed = shares.partitionBy(p, by_task)
+        results: list[ReduceResult] = routed.mapPartitionsWithIndex(reducer).collect()
+        if len(results) != p:
+            raise EngineError(f"expected {p} reducer reports, got {len(results)}")
+        return results
+
+    def _notify(self, result: EpochResult) -> None:
+        """Best effort: tell the control plane in the background; never wait, never fail."""
+        target = self.notify
+        if target is None:
+            maybe_crash(self.crash, "mid_notify", result.epoch)
+            return
+        payload = {"branch": self.branch, "job": self.job.name, **asdict(result)}
+
+        def send() -> None:
+            try:
+                if callable(target):
+                    target(result)
+                else:
+                    request = urllib.request.Request(
+                        target,
+                        data=json.dumps(payload).encode(),
+                        headers={"Content-Type": "application/json"},
+                        method="POST",
+                    )
+                    urllib.request.urlopen(request, timeout=2).close()
+            except Exception:
+                log.warning("notification for epoch %d failed", result.epoch, exc_info=True)
+
+        threading.Thread(target=send, name="epochal-notify", daemon=True).start()
+        maybe_crash(self.crash, "mid_notify", result.epoch)
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self, max_epochs: int | None = None) -> list[EpochResult]:
+        """Run epochs until the source has no new data, the control document says stop, or
+        `max_epochs` epochs committed. A paused job waits (polling the control document)."""
+        results: list[EpochResult] = []
+        while max_epochs is None or len(results) < max_epochs:
+            result = self.run_epoch()
+            if result is not None:
+                results.append(result)
+                continue
+            if self.stopped_reason == "paused":
+                time.sleep(self.poll_interval_s)
+                continue
+            break
+        return results
+
+
+def _applied(control: dict[str, Any], parallelism: int) -> dict[str, Any]:
+    """What of the control document this epoch applied (recorded in the manifest)."""
+    applied: dict[str, Any] = {"parallelism": parallelism}
+    for key in ("stop_after_epoch", "operation_id"):
+        if key in control:
+            applied[key] = control[key]
+    return applied
+
+
+__all__ = ["EngineError", "EpochResult", "EpochRunner", "MapShare"]

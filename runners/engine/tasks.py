@@ -1,0 +1,406 @@
+"""What runs inside Spark tasks: map (read, route, partially aggregate) and reduce (merge with
+state, write chunks and outputs). Both are pure functions of a `TaskPlan` and their input, so a
+re-run of an epoch writes byte-identical objects.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from runners.engine import chunks
+from runners.engine.crash import maybe_crash
+from runners.engine.hashing import key_groups, owners
+from runners.engine.job import Job
+from runners.engine.sources import DeadLetter, Split
+from runners.engine.state import EpochContext, KeyedState, epoch_seed
+from snapshots_store import Repository
+
+KG = "_kg"
+STATE = "_state"
+EXPIRES = "_expires"
+OUTPUT_KIND = b"epochal.output"
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        ("source", pa.string()),
+        ("partition", pa.string()),
+        ("offset", pa.int64()),
+        ("reason", pa.string()),
+        ("raw", pa.string()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """Everything a task needs to process its share of one epoch."""
+
+    job: Job
+    store_url: str
+    namespace: str
+    branch: str
+    epoch: int
+    parallelism: int
+    max_parallelism: int
+    key_groups: dict[int, tuple[str, ...]]
+    processing_time_ms: int
+    crash: tuple[str, int] | None = None
+    driver_pid: int = 0
+    compaction_ratio: float = 1.0
+
+    def repo(self) -> Repository:
+        return _repo(self.store_url, self.namespace)
+
+
+_repos: dict[tuple[str, str], Repository] = {}
+
+
+def _repo(url: str, namespace: str) -> Repository:
+    key = (url, namespace)
+    if key not in _repos:
+        _repos[key] = Repository.open(url, namespace)
+    return _repos[key]
+
+
+@dataclass
+class MapShare:
+    """One map task's contribution to one reducer."""
+
+    split_index: int
+    payload: bytes
+    records_in: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+
+
+@dataclass
+class ReduceResult:
+    """What a reducer reports to the driver."""
+
+    task: int
+    key_groups: dict[int, tuple[str, ...]]
+    outputs: list[str]
+    records_in: int
+    output_rows: int
+    dead_letters: int
+    bytes_written: int
+    changed_state_bytes: int
+    chunks_written: int
+    cache_hits: int
+    cache_misses: int
+
+
+# -- map ---------------------------------------------------------------------------------
+
+
+def _valid_rows(
+    table: pa.Table, key_columns: Sequence[str], split: Split
+) -> tuple[pa.Table, list[DeadLetter]]:
+    """Rows whose key columns exist and are non-null; the others as dead letters."""
+    missing = [c for c in key_columns if c not in table.column_names]
+    if missing:
+        reason = f"missing key column(s) {missing}"
+        dead = [DeadLetter(split.source, split.partition, split.start, reason, "")]
+        return table.slice(0, 0), dead
+    bad = None
+    for c in key_columns:
+        nulls = pc.is_null(table.column(c))
+        bad = nulls if bad is None else pc.or_(bad, nulls)
+    assert bad is not None
+    if not pc.any(bad).as_py():
+        return table, []
+    rows = np.flatnonzero(bad.to_numpy(zero_copy_only=False))
+    dead = []
+    for i in rows.tolist():
+        raw = json.dumps(table.slice(i, 1).to_pylist()[0], default=str)
+        dead.append(DeadLetter(split.source, split.partition, split.start + i, "missing key", raw))
+    return table.filter(pc.invert(bad)), dead
+
+
+def _partial(job: Job, table: pa.Table) -> pa.Table:
+    """Per-key partial aggregates of one split, columns: keys, _kg, aggregation names."""
+    keys = [*job.key_columns, KG]
+    specs = [(*a.partial(),) for a in job.aggregations]
+    grouped = table.group_by(keys, use_threads=False).aggregate(specs)
+    columns = {k: grouped.column(k) for k in keys}
+    for a in job.aggregations:
+        columns[a.name] = grouped.column(a.partial_column())
+    return pa.table(columns)
+
+
+def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[int, MapShare]]:
+    """Read one split, route records to key groups, and hand each reducer its share."""
+    job = plan.job
+    data = job.source.read(split)
+    table, dead = _valid_rows(data.table, job.key_columns, split)
+    dead = data.dead_letters + dead
+    records_in = data.table.num_rows + len(data.dead_letters)
+    if job.aggregate is not None:
+        table = table.select(job.input_columns)
+    groups = key_groups([table.column(c) for c in job.key_columns], plan.max_parallelism)
+    table = table.append_column(KG, pa.array(groups, type=pa.int32()))
+    if job.aggregate is not None:
+        table = _partial(job, table)
+        groups = table.column(KG).to_numpy()
+    owner = owners(np.asarray(groups), plan.parallelism, plan.max_parallelism)
+    order = np.argsort(owner, kind="stable")
+    table = table.take(pa.array(order))
+    counts = np.bincount(owner, minlength=plan.parallelism)
+    home = split_index % plan.parallelism
+    start = 0
+    for task in range(plan.parallelism):
+        n = int(counts[task])
+        if n or task == home:
+            share = MapShare(split_index, chunks.encode_table(table.slice(start, n)))
+            if task == home:
+                share.records_in, share.dead_letters = records_in, dead
+            yield task, share
+        start += n
+
+
+# -- reduce ------------------------------------------------------------------------------
+
+
+def _combine(job: Job, partial: pa.Table) -> pa.Table:
+    """Combine partials of several splits (a key may appear once per split)."""
+    keys = [*job.key_columns, KG]
+    grouped = partial.group_by(keys, use_threads=False).aggregate(
+        [(a.name, a.combine()) for a in job.aggregations]
+    )
+    columns = {k: grouped.column(k) for k in keys}
+    for a in job.aggregations:
+        columns[a.name] = grouped.column(f"{a.name}_{a.combine()}")
+    return pa.table(columns)
+
+
+def _kg_slices(table: pa.Table) -> tuple[pa.Table, list[tuple[int, int, int]]]:
+    """The table sorted (stably) by key group, and (kg, start, length) of each group."""
+    groups = table.column(KG).to_numpy()
+    order = np.argsort(groups, kind="stable")
+    table = table.take(pa.array(order)).drop_columns([KG])
+    sorted_groups = groups[order]
+    values, starts, counts = np.unique(sorted_groups, return_index=True, return_counts=True)
+    return table, list(zip(values.tolist(), starts.tolist(), counts.tolist(), strict=True))
+
+
+def _output_payload(table: pa.Table, kind: str) -> bytes:
+    meta = dict(table.schema.metadata or {})
+    meta[OUTPUT_KIND] = kind.encode()
+    return chunks.encode_table(table.replace_schema_metadata(meta))
+
+
+class _Writer:
+    """Writes a reducer's chunks, tracking bytes and the new chains."""
+
+    def __init__(self, plan: TaskPlan) -> None:
+        self.plan = plan
+        self.repo = plan.repo()
+        self.bytes_written = 0
+        self.changed_state_bytes = 0
+        self.chunks_written = 0
+        self.chains: dict[int, tuple[str, ...]] = {}
+
+    def key_group(
+        self, kg: int, old: chunks.KeyGroupState, new_state: pa.Table, delta: pa.Table
+    ) -> None:
+        """Store a key group's new state: one delta chunk, or a new base when deltas outgrow it."""
+        delta_payload = chunks.encode_table(delta)
+        self.changed_state_bytes += len(delta_payload)
+        deltas_bytes = sum(old.sizes[1:]) + len(delta_payload)
+        if old.chain and deltas_bytes <= old.sizes[0] * self.plan.compaction_ratio:
+            chunk_id = self.repo.put_object("chunk", delta_payload)
+            chain, sizes = (*old.chain, chunk_id), (*old.sizes, len(delta_payload))
+            self.bytes_written += len(delta_payload)
+        else:
+            base_payload = chunks.encode_table(chunks.with_deleted(new_state))
+            chunk_id = self.repo.put_object("chunk", base_payload)
+            chain, sizes = (chunk_id,), (len(base_payload),)
+            self.bytes_written += len(base_payload)
+        self.chunks_written += 1
+        self.chains[kg] = chain
+        chunks.cache_put(chunks.KeyGroupState(chain, new_state, sizes))
+
+
+def _load(plan: TaskPlan, kg: int, key_columns: Sequence[str]) -> chunks.KeyGroupState | None:
+    chain = plan.key_groups.get(kg)
+    if not chain:
+        return None
+    return chunks.load_key_group(plan.repo(), chain, key_columns, None)
+
+
+def _reduce_aggregate(plan: TaskPlan, partial: pa.Table, writer: _Writer) -> list[pa.Table]:
+    job = plan.job
+    keys = list(job.key_columns)
+    table, slices = _kg_slices(partial)
+    outputs = []
+    for kg, start, length in slices:
+        part = table.slice(start, length)
+        old = _load(plan, kg, keys)
+        if old is None or old.table.num_rows == 0:
+            new_state = part
+            old = chunks.empty_state(part.schema)
+            delta = chunks.with_deleted(part)
+        else:
+            state = old.table
+            idx = pc.index_in(
+                chunks.lookup_key(part, keys), value_set=chunks.lookup_key(state, keys)
+            )
+            previous = state.take(idx)
+            columns = {k: part.column(k) for k in keys}
+            for a in job.aggregations:
+                columns[a.name] = a.merge(
+                    previous.column(a.name).combine_chunks(), part.column(a.name).combine_chunks()
+                )
+            changed = pa.table(columns)
+            matched = np.zeros(state.num_rows, dtype=bool)
+            hit = idx.drop_null().to_numpy()
+            matched[hit] = True
+            kept = state.filter(pa.array(~matched))
+            new_state = (
+                pa.concat_tables([kept, changed.cast(kept.schema)]) if kept.num_rows else changed
+            )
+            delta = chunks.with_deleted(changed)
+            part = changed
+        writer.key_group(kg, old, new_state, delta)
+        outputs.append(part)
+    return outputs
+
+
+def _reduce_process(plan: TaskPlan, records: pa.Table, writer: _Writer) -> list[pa.Table]:
+    """Per-key path: call the user's function for each key, in first-appearance order."""
+    job = plan.job
+    assert job.process is not None
+    keys = list(job.key_columns)
+    table, slices = _kg_slices(records)
+    rows = table.to_pylist()
+    out_rows: list[dict[str, Any]] = []
+    task = _task_index(plan, slices)
+    state_schema = None
+    for kg, start, length in slices:
+        part = table.slice(start, length)
+        lookup = chunks.lookup_key(part, keys)
+        dictionary = pc.unique(lookup)
+        codes = pc.index_in(lookup, value_set=dictionary).to_numpy()
+        first = np.unique(codes, return_index=True)[1]
+        key_order = np.argsort(first, kind="stable")  # codes are already first-appearance
+        del key_order
+        by_key: dict[int, list[int]] = {}
+        for i, code in enumerate(codes.tolist()):
+            by_key.setdefault(code, []).append(i)
+        old = _load(plan, kg, keys)
+        key_table = part.take(pa.array(first)).select(keys)
+        if state_schema is None:
+            state_schema = pa.schema(
+                [*key_table.schema, pa.field(STATE, pa.binary()), pa.field(EXPIRES, pa.int64())]
+            )
+        if old is None:
+            old = chunks.empty_state(state_schema)
+        previous: list[Any] = [None] * len(first)
+        if old.table.num_rows:
+            idx = pc.index_in(
+                chunks.lookup_key(key_table, keys), value_set=chunks.lookup_key(old.table, keys)
+            )
+            previous = old.table.column(STATE).take(idx).to_pylist()
+        ctx = EpochContext(
+            branch=plan.branch,
+            epoch=plan.epoch,
+            key_group=kg,
+            parallelism=plan.parallelism,
+            task=task,
+            processing_time_ms=plan.processing_time_ms,
+            random=__import__("random").Random(epoch_seed(plan.branch, plan.epoch, kg)),
+        )
+        key_values = key_table.to_pylist()
+        new_payloads: list[bytes | None] = []
+        expiries: list[int | None] = []
+        deleted: list[bool] = []
+        for code in range(len(first)):
+            kv = key_values[code]
+            key = kv[keys[0]] if len(keys) == 1 else tuple(kv[k] for k in keys)
+            state = KeyedState(previous[code], plan.processing_time_ms)
+            recs = [rows[start + i] for i in by_key[code]]
+            for out in job.process(key, recs, state, ctx) or ():
+                out_rows.append(dict(out))
+            payload, expires = state.to_payload()
+            new_payloads.append(payload)
+            expiries.append(expires)
+            deleted.append(payload is None)
+        delta = key_table.append_column(STATE, pa.array(new_payloads, type=pa.binary()))
+        delta = delta.append_column(EXPIRES, pa.array(expiries, type=pa.int64()))
+        delta = delta.cast(state_schema)
+        flags = np.array(deleted, dtype=bool)
+        new_state = chunks.apply_delta(old.table, chunks.with_deleted(delta, flags), keys)
+        writer.key_group(kg, old, new_state, chunks.with_deleted(delta, flags))
+    if not out_rows:
+        return []
+    return [pa.Table.from_pylist(out_rows)]
+
+
+def _task_index(plan: TaskPlan, slices: list[tuple[int, int, int]]) -> int:
+    if not slices:
+        return 0
+    return slices[0][0] * plan.parallelism // plan.max_parallelism
+
+
+def reduce_partition(
+    plan: TaskPlan, task: int, shares: Iterable[tuple[int, MapShare]]
+) -> Iterator[ReduceResult]:
+    """Merge this task's partials with its key groups' state at the parent; write chunks and
+    outputs; report the new chains. Runs once per task (key-group range)."""
+    job = plan.job
+    received = sorted((s for _, s in shares), key=lambda s: s.split_index)
+    tables = [chunks.decode_table(s.payload) for s in received]
+    tables = [t for t in tables if t.num_rows]
+    records_in = sum(s.records_in for s in received)
+    dead: list[DeadLetter] = [d for s in received for d in s.dead_letters]
+    maybe_crash(plan.crash, "before_chunks", plan.epoch, plan.driver_pid)
+    hits0, misses0 = chunks.stats["hits"], chunks.stats["misses"]
+    writer = _Writer(plan)
+    out_tables: list[pa.Table] = []
+    if tables:
+        merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        if job.aggregate is not None:
+            if len(tables) > 1:
+                merged = _combine(job, merged)
+            out_tables = _reduce_aggregate(plan, merged, writer)
+        else:
+            out_tables = _reduce_process(plan, merged, writer)
+    maybe_crash(plan.crash, "after_chunks", plan.epoch, plan.driver_pid)
+    repo = plan.repo()
+    outputs: list[str] = []
+    output_rows = 0
+    if out_tables:
+        out = pa.concat_tables(out_tables, promote_options="permissive")
+        output_rows = out.num_rows
+        payload = _output_payload(out, "records")
+        outputs.append(repo.put_object("output", payload))
+        writer.bytes_written += len(payload)
+    if dead:
+        dl = pa.Table.from_pylist([d.__dict__ for d in dead], schema=DEAD_LETTER_SCHEMA)
+        payload = _output_payload(dl, "dead_letters")
+        outputs.append(repo.put_object("output", payload))
+        writer.bytes_written += len(payload)
+    maybe_crash(plan.crash, "after_outputs", plan.epoch, plan.driver_pid)
+    yield ReduceResult(
+        task=task,
+        key_groups=writer.chains,
+        outputs=outputs,
+        records_in=records_in,
+        output_rows=output_rows,
+        dead_letters=len(dead),
+        bytes_written=writer.bytes_written,
+        changed_state_bytes=writer.changed_state_bytes,
+        chunks_written=writer.chunks_written,
+        cache_hits=chunks.stats["hits"] - hits0,
+        cache_misses=chunks.stats["misses"] - misses0,
+    )
+
+
+def dumps(value: Any) -> bytes:
+    return pickle.dumps(value, protocol=5)

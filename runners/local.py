@@ -1,0 +1,327 @@
+"""LocalLauncher: one run = one process group on this machine, Spark in `local[N]` mode.
+
+Each run gets a directory `<runs_dir>/<run_id>/` holding `spec.json`, `pid` (pid and
+start time of the run's supervisor), `output.log`, `exit.json` and `stop.json`. The
+supervisor (`python -m runners.local supervise …`) leads a new session, runs the job as its
+child and records the exit status, so any process — not only the one that started the
+run — can tell how a run ended. Stopping signals the whole group, so no Spark JVM or Python
+worker outlives its run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from runners.job_spec import ENGINE_MODULE, JobSpec
+from runners.launcher import (
+    RUN_ID_ENV,
+    LauncherError,
+    RunHandle,
+    RunNotFoundError,
+    RunPhase,
+    RunStatus,
+    request_stop,
+)
+
+log = logging.getLogger(__name__)
+
+PROJECT_ROOT: Final = Path(__file__).resolve().parent.parent
+_POLL_S: Final = 0.05
+
+
+def pyspark_submit_args(master: str, conf: Mapping[str, str], driver_memory_mb: int) -> str:
+    """`PYSPARK_SUBMIT_ARGS` for a job that builds its own SparkSession (client mode)."""
+    args = ["--master", master, "--driver-memory", f"{driver_memory_mb}m"]
+    for key, value in sorted(conf.items()):
+        args += ["--conf", f"{key}={value}"]
+    return shlex.join([*args, "pyspark-shell"])
+
+
+def _process_start_time(pid: int) -> str | None:
+    """Start time of `pid` in clock ticks since boot (None when gone or a zombie)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in {"Z", "X"}:
+        return None
+    return fields[19]
+
+
+def _write_json(path: Path, data: Mapping[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+class LocalLauncher:
+    """Runs jobs as local process groups; see the module docstring for the run directory."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        runs_dir: Path,
+        python: str = sys.executable,
+        entry_module: str = ENGINE_MODULE,
+        kill_grace_s: float = 5.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.runs_dir = Path(runs_dir).resolve()
+        self.python = python
+        self.entry_module = entry_module
+        self.kill_grace_s = kill_grace_s
+        self.env = dict(env or {})
+        self._children: dict[str, subprocess.Popen[bytes]] = {}
+
+    @classmethod
+    def from_env(cls) -> LocalLauncher:
+        """Runs under `$EPOCHAL_VAR_DIR/runs` (default `var/runs` in the project)."""
+        var_dir = Path(os.environ.get("EPOCHAL_VAR_DIR") or PROJECT_ROOT / "var")
+        return cls(runs_dir=var_dir / "runs")
+
+    # -- paths and bookkeeping ------------------------------------------------------------
+
+    def _run_dir(self, handle: RunHandle) -> Path:
+        run_dir = Path(handle.location)
+        if not (run_dir / "spec.json").exists():
+            raise RunNotFoundError(
+                f"run {handle.run_id} is unknown here: {run_dir} has no spec.json "
+                f"(never started on this machine, or cleaned up)"
+            )
+        return run_dir
+
+    def _pid(self, run_dir: Path) -> tuple[int, str | None] | None:
+        data = _read_json(run_dir / "pid")
+        if data is None:
+            return None
+        return int(data["pid"]), data.get("start_time")
+
+    def _alive(self, run_dir: Path, run_id: str) -> bool:
+        child = self._children.get(run_id)
+        if child is not None and child.poll() is not None:
+            self._children.pop(run_id, None)
+        pid = self._pid(run_dir)
+        if pid is None:
+            return False
+        started = _process_start_time(pid[0])
+        return started is not None and (pid[1] is None or started == pid[1])
+
+    def _signal_group(self, run_dir: Path, signum: signal.Signals) -> None:
+        pid = self._pid(run_dir)
+        if pid is None:
+            return
+        try:
+            os.killpg(pid[0], signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _wait(self, run_dir: Path, run_id: str, timeout_s: float) -> bool:
+        """Wait until the supervisor has exited; True when it has."""
+        deadline = time.monotonic() + timeout_s
+        while self._alive(run_dir, run_id):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(_POLL_S)
+        return True
+
+    # -- Launcher -------------------------------------------------------------------------
+
+    def command(self, spec: JobSpec) -> list[str]:
+        """The job's own command line (what the supervisor runs)."""
+        return [self.python, "-m", self.entry_module, *spec.engine_arguments()]
+
+    def environment(self, spec: JobSpec) -> dict[str, str]:
+        """The job's environment: Spark in local[parallelism] mode, run id, project importable."""
+        master = f"local[{spec.parallelism}]"
+        env = {**os.environ, **self.env}
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        env["SPARK_MASTER"] = master
+        env["PYSPARK_SUBMIT_ARGS"] = pyspark_submit_args(
+            master, spec.spark_conf, spec.resources.driver_memory_mb
+        )
+        env[RUN_ID_ENV] = spec.run_id
+        env["STORE_URL"] = spec.store_url
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
+        )
+        env["PYTHONUNBUFFERED"] = "1"
+        return env
+
+    def start(self, spec: JobSpec) -> RunHandle:
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = self.runs_dir / spec.run_id
+        handle = RunHandle.for_spec(spec, runner=self.name, location=str(run_dir))
+        try:
+            run_dir.mkdir()
+        except FileExistsError:
+            return handle  # this spec was started before: same run
+        _write_json(run_dir / "spec.json", spec.to_dict())
+        argv = [
+            self.python,
+            "-m",
+            "runners.local",
+            "supervise",
+            str(run_dir),
+            "--",
+            *self.command(spec),
+        ]
+        with open(run_dir / "output.log", "ab") as output:
+            child = subprocess.Popen(
+                argv,
+                cwd=PROJECT_ROOT,
+                env=self.environment(spec),
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self._children[spec.run_id] = child
+        _write_json(
+            run_dir / "pid", {"pid": child.pid, "start_time": _process_start_time(child.pid)}
+        )
+        log.info("started run %s (pid %d) in %s", spec.run_id, child.pid, run_dir)
+        return handle
+
+    def status(self, handle: RunHandle) -> RunStatus:
+        run_dir = self._run_dir(handle)
+        exit_info = _read_json(run_dir / "exit.json")
+        if exit_info is None and self._alive(run_dir, handle.run_id):
+            return RunStatus(phase=RunPhase.RUNNING)
+        if exit_info is None:
+            exit_info = _read_json(run_dir / "exit.json")  # written just before the exit
+        stop = _read_json(run_dir / "stop.json") or {}
+        if exit_info is None:
+            if self._pid(run_dir) is None:
+                return RunStatus(phase=RunPhase.PENDING, reason="starting")
+            forced = stop.get("forced")
+            return RunStatus(
+                phase=RunPhase.FAILED,
+                reason=f"killed by {forced} after the stop deadline"
+                if forced
+                else "the run's process group ended without recording an exit status "
+                "(killed from outside?)",
+            )
+        code = int(exit_info["returncode"])
+        if code == 0:
+            return RunStatus(phase=RunPhase.SUCCEEDED, exit_code=0)
+        reason = _describe_exit(code)
+        if stop.get("forced"):
+            reason += f" (sent {stop['forced']} after the stop deadline)"
+        return RunStatus(phase=RunPhase.FAILED, reason=reason, exit_code=code)
+
+    def stop(self, handle: RunHandle, deadline_s: float) -> RunStatus:
+        run_dir = self._run_dir(handle)
+        if not self._alive(run_dir, handle.run_id):
+            self._reap_group(run_dir)
+            return self.status(handle)
+        stop = {"requested_at": time.time(), "deadline_s": deadline_s}
+        _write_json(run_dir / "stop.json", stop)
+        try:
+            request_stop(handle, reason=f"stop with a {deadline_s:g} s deadline")
+        except Exception as exc:  # the store may be down: fall through to signals
+            log.warning("run %s: could not write the stop request (%s)", handle.run_id, exc)
+        if not self._wait(run_dir, handle.run_id, deadline_s):
+            for signum in (signal.SIGTERM, signal.SIGKILL):
+                _write_json(run_dir / "stop.json", {**stop, "forced": signum.name})
+                log.warning("run %s: still running at the deadline, sending %s", handle.run_id, signum.name)
+                self._signal_group(run_dir, signum)
+                if self._wait(run_dir, handle.run_id, self.kill_grace_s):
+                    break
+            else:
+                raise LauncherError(
+                    f"run {handle.run_id} survived SIGKILL; check process group {self._pid(run_dir)}"
+                )
+        self._reap_group(run_dir)
+        return self.status(handle)
+
+    def _reap_group(self, run_dir: Path) -> None:
+        """Kill whatever the job left behind in its process group after the supervisor ended."""
+        self._signal_group(run_dir, signal.SIGKILL)
+
+    def cleanup(self, handle: RunHandle) -> None:
+        run_dir = Path(handle.location)
+        if not run_dir.exists():
+            return
+        if self._pid(run_dir) is not None:
+            self._signal_group(run_dir, signal.SIGKILL)
+            self._wait(run_dir, handle.run_id, self.kill_grace_s)
+        self._children.pop(handle.run_id, None)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+    def logs(self, handle: RunHandle, tail_lines: int = 100) -> str:
+        run_dir = self._run_dir(handle)
+        try:
+            with open(run_dir / "output.log", "rb") as output:
+                output.seek(0, os.SEEK_END)
+                size = output.tell()
+                output.seek(max(0, size - 256 * 1024))
+                text = output.read().decode("utf-8", errors="replace")
+        except FileNotFoundError:
+            return ""
+        lines = text.splitlines()
+        return "\n".join(lines[-tail_lines:]) if tail_lines > 0 else ""
+
+
+def _supervise(run_dir: Path, argv: Sequence[str]) -> int:
+    """Run `argv` as a child in this process group and record how it ended in exit.json."""
+    # The launcher signals the whole group; the job receives the signal itself, and the
+    # supervisor stays to record the job's exit status.
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda *_: None)
+    try:
+        child = subprocess.Popen(list(argv))
+    except OSError as exc:
+        print(f"epochal: cannot start {argv[0]}: {exc}", file=sys.stderr, flush=True)
+        _write_json(run_dir / "exit.json", {"returncode": 127})
+        return 127
+    while True:
+        try:
+            returncode = child.wait()
+            break
+        except InterruptedError:
+            continue
+    _write_json(run_dir / "exit.json", {"returncode": returncode})
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 4 or args[0] != "supervise" or args[2] != "--":
+        print("usage: python -m runners.local supervise RUN_DIR -- COMMAND…", file=sys.stderr)
+        return 2
+    return _supervise(Path(args[1]), args[3:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
