@@ -72,7 +72,8 @@ def _collect_and_check(repo: Repository) -> GcReport:
 def test_writer_killed_at_random_points_never_breaks_the_head(any_url: str) -> None:
     repo = Repository.open(any_url, "app")
     rng = random.Random(20261123)
-    for _ in range(8):
+    rounds = 5 if any_url.startswith("s3://") else 8
+    for _ in range(rounds):
         writer = _writer("commit-forever", any_url, "200000")
         first = _first_commit(writer)
         time.sleep(rng.uniform(0.0, 0.25))  # somewhere inside a later commit
@@ -82,7 +83,7 @@ def test_writer_killed_at_random_points_never_breaks_the_head(any_url: str) -> N
         assert repo.is_ancestor(first, "main")
         _assert_head_is_sound(Repository.open(any_url, "app"))
     history = [sid for sid, _ in repo.log("main", first_parent=True)]
-    assert len(history) >= 8  # every writer committed at least once before its kill
+    assert len(history) >= rounds  # every writer committed at least once before its kill
     assert [e.new for e in repo.reflog("heads/main")] == history[::-1]
     report = _collect_and_check(repo)
     assert report.removed, "no kill left debris; the kills did not land mid-commit"

@@ -145,7 +145,7 @@ def _build(repo: Repository, ops: list[tuple[str, ...]], data: st.DataObject) ->
 
 
 @settings(
-    max_examples=40,
+    max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -194,7 +194,7 @@ def _naive_diff(
 
 
 @settings(
-    max_examples=25,
+    max_examples=15,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
