@@ -82,7 +82,9 @@ class Toleration:
 
     def __post_init__(self) -> None:
         if self.operator not in {"Equal", "Exists"}:
-            raise JobSpecError(f"toleration operator must be Equal or Exists, got {self.operator!r}")
+            raise JobSpecError(
+                f"toleration operator must be Equal or Exists, got {self.operator!r}"
+            )
         if self.effect not in {None, "NoSchedule", "PreferNoSchedule", "NoExecute"}:
             raise JobSpecError(
                 f"toleration effect must be NoSchedule, PreferNoSchedule or NoExecute, "

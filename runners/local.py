@@ -10,6 +10,7 @@ worker outlives its run.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -58,6 +59,22 @@ def _process_start_time(pid: int) -> str | None:
     if fields[0] in {"Z", "X"}:
         return None
     return fields[19]
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of process group `pgid` (Linux /proc)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] not in {"Z", "X"} and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
 
 
 def _write_json(path: Path, data: Mapping[str, Any]) -> None:
@@ -141,10 +158,8 @@ class LocalLauncher:
         pid = self._pid(run_dir)
         if pid is None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid[0], signum)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def _wait(self, run_dir: Path, run_id: str, timeout_s: float) -> bool:
         """Wait until the supervisor has exited; True when it has."""
@@ -254,20 +269,33 @@ class LocalLauncher:
         if not self._wait(run_dir, handle.run_id, deadline_s):
             for signum in (signal.SIGTERM, signal.SIGKILL):
                 _write_json(run_dir / "stop.json", {**stop, "forced": signum.name})
-                log.warning("run %s: still running at the deadline, sending %s", handle.run_id, signum.name)
+                log.warning(
+                    "run %s: still running at the deadline, sending %s", handle.run_id, signum.name
+                )
                 self._signal_group(run_dir, signum)
                 if self._wait(run_dir, handle.run_id, self.kill_grace_s):
                     break
             else:
                 raise LauncherError(
-                    f"run {handle.run_id} survived SIGKILL; check process group {self._pid(run_dir)}"
+                    f"run {handle.run_id} survived SIGKILL; check its process group"
                 )
         self._reap_group(run_dir)
         return self.status(handle)
 
     def _reap_group(self, run_dir: Path) -> None:
-        """Kill whatever the job left behind in its process group after the supervisor ended."""
-        self._signal_group(run_dir, signal.SIGKILL)
+        """Kill whatever the job left behind in its process group, and wait until it is gone."""
+        pid = self._pid(run_dir)
+        if pid is None:
+            return
+        deadline = time.monotonic() + self.kill_grace_s
+        while group_members(pid[0]):
+            self._signal_group(run_dir, signal.SIGKILL)
+            if time.monotonic() > deadline:
+                raise LauncherError(
+                    f"process group {pid[0]} of run {run_dir.name} survived SIGKILL: "
+                    f"{group_members(pid[0])}"
+                )
+            time.sleep(_POLL_S)
 
     def cleanup(self, handle: RunHandle) -> None:
         run_dir = Path(handle.location)
@@ -276,6 +304,7 @@ class LocalLauncher:
         if self._pid(run_dir) is not None:
             self._signal_group(run_dir, signal.SIGKILL)
             self._wait(run_dir, handle.run_id, self.kill_grace_s)
+            self._reap_group(run_dir)
         self._children.pop(handle.run_id, None)
         shutil.rmtree(run_dir, ignore_errors=True)
 

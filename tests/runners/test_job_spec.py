@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import pytest
+
+from runners.job_spec import JobSpec, JobSpecError, Resources, Toleration, memory_with_overhead_mb
+from runners.launcher import LauncherError, get_launcher
+from runners.local import LocalLauncher
+
+
+def test_job_spec_round_trips_through_json_form(make_spec) -> None:  # type: ignore[no-untyped-def]
+    spec = make_spec(
+        max_epochs=5,
+        resources=Resources(executor_cores=2, executor_memory_mb=3072),
+        node_selector={"pool": "spark"},
+        tolerations=[Toleration(key="dedicated", value="spark", effect="NoSchedule")],
+        image_pull_secrets=["regcred"],
+        store_credentials_secret="store-creds",
+        spark_conf={"spark.sql.shuffle.partitions": "8"},
+    )
+    again = JobSpec.from_dict(spec.to_dict())
+    assert again == spec
+    assert again.tolerations[0].to_kubernetes() == {
+        "key": "dedicated",
+        "operator": "Equal",
+        "value": "spark",
+        "effect": "NoSchedule",
+    }
+
+
+def test_engine_arguments_match_the_engine_command_line(make_spec) -> None:  # type: ignore[no-untyped-def]
+    spec = make_spec(max_epochs=7)
+    assert spec.engine_arguments() == [
+        "--job", "tests.runners.sample_job:epochs", "--store", spec.store_url,
+        "--namespace", "orders", "--branch", "main", "--parallelism", "2", "--max-epochs", "7",
+    ]  # fmt: skip
+    assert "--max-epochs" not in make_spec().engine_arguments()
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"job": "no_colon"}, "job"),
+        ({"parallelism": 0}, "parallelism"),
+        ({"branch": "../escape"}, "branch"),
+        ({"namespace": "a/b"}, "namespace"),
+        ({"max_epochs": 0}, "max_epochs"),
+        ({"run_id": "Not_Valid"}, "run_id"),
+        ({"spark_conf": {"executor.cores": "2"}}, "spark_conf"),
+        ({"store_url": " "}, "store_url"),
+    ],
+)
+def test_invalid_job_specs_are_refused_naming_the_field(make_spec, changes, field) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(JobSpecError) as err:
+        make_spec(**changes)
+    assert field.split("_")[0] in str(err.value).lower() or "name" in str(err.value).lower()
+
+
+def test_executor_count_follows_parallelism_unless_fixed() -> None:
+    assert Resources(executor_cores=1).executor_count(3) == 3
+    assert Resources(executor_cores=2).executor_count(3) == 2
+    assert Resources(executor_cores=4).executor_count(1) == 1
+    assert Resources(executors=5).executor_count(2) == 5
+    with pytest.raises(JobSpecError, match="executor_cores"):
+        Resources(executor_cores=0)
+    assert memory_with_overhead_mb(1024) == 1024 + 384
+    assert memory_with_overhead_mb(8192) == 8192 + 820
+
+
+def test_runner_env_selects_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RUNNER", raising=False)
+    assert isinstance(get_launcher(), LocalLauncher)
+    monkeypatch.setenv("RUNNER", "kubernetes")
+    monkeypatch.setenv("EPOCHAL_K8S_NAMESPACE", "jobs")
+    monkeypatch.setenv("EPOCHAL_IMAGE", "registry.example/epochal:1.0")
+    launcher = get_launcher()
+    assert launcher.name == "kubernetes"
+    monkeypatch.setenv("RUNNER", "yarn")
+    with pytest.raises(LauncherError, match="local or kubernetes"):
+        get_launcher()
