@@ -178,8 +178,9 @@ def snapshot_log(
     if first_parent:
         rows = _first_parent_rows(start, limit + 1, after)
     else:
-        pks = [pk for pk, _, _ in _ancestor_rows(start, limit + 1, after)]
-        rows = _summaries_by_pk(pks)
+        rows = [
+            _summary(row[3:]) for row in _ancestor_rows(start, limit + 1, after, summaries=True)
+        ]
     more = len(rows) > limit
     snapshots = rows[:limit]
     tail = snapshots[-1] if snapshots else None
@@ -197,7 +198,7 @@ def snapshot_ancestors(
     more = len(rows) > limit
     rows = rows[:limit]
     next_cursor = f"{rows[-1][1]}:{rows[-1][2]}" if more and rows else None
-    return AncestorPage([sid for _, _, sid in rows], next_cursor)
+    return AncestorPage([row[2] for row in rows], next_cursor)
 
 
 def snapshot_is_ancestor(*, application: Application, ancestor: str, descendant: str) -> bool:
@@ -363,22 +364,23 @@ def _edges_of(row: str, condition: str) -> str:
 
 
 def _ancestor_rows(
-    start: _Point, limit: int, after: tuple[int, str] | None
-) -> list[tuple[int, int, str]]:
-    """(pk, generation, snapshot id) of the first `limit` ancestors of `start` after `after`,
-    ordered by generation descending then id.
+    start: _Point, limit: int, after: tuple[int, str] | None, *, summaries: bool = False
+) -> list[tuple[Any, ...]]:
+    """(pk, generation, snapshot id[, summary columns…]) of the first `limit` ancestors of
+    `start` after `after`, ordered by generation descending then id.
 
     Each chain of the history contributes an index range. Chains are read in order of their
     highest reachable generation, a batch per statement, and reading stops once no unread
     chain can reach above the `limit`-th row found so far.
     """
     ranges = sorted(_reach([start])[0].items(), key=lambda item: -item[1])
+    columns = "id, generation, snapshot_id" + (f", {_SUMMARY_COLUMNS}" if summaries else "")
     term = (
-        f"SELECT * FROM (SELECT id, generation, snapshot_id FROM {_SNAPSHOT} "
+        f"SELECT * FROM (SELECT {columns} FROM {_SNAPSHOT} "
         "WHERE chain_id = %s AND generation <= %s{extra} "
         "ORDER BY generation DESC LIMIT %s) AS q{n}"
     )
-    found: list[tuple[int, int, str]] = []
+    found: list[tuple[Any, ...]] = []
     offset, size = 0, _FIRST_BATCH
     with connection.cursor() as cursor:
         while offset < len(ranges):
@@ -498,16 +500,6 @@ def _reach_in_memory(
             if from_gen <= -neg_gen and reach.get(to_chain, 0) < to_gen:
                 heapq.heappush(queue, (-to_gen, to_chain))
     return reach
-
-
-def _summaries_by_pk(pks: Sequence[int]) -> list[SnapshotSummary]:
-    if not pks:
-        return []
-    marks = ", ".join(["%s"] * len(pks))
-    rows = dict(
-        _summaries(f"SELECT {_SUMMARY_COLUMNS} FROM {_SNAPSHOT} WHERE id IN ({marks})", list(pks))
-    )
-    return [rows[pk] for pk in pks]
 
 
 def _summaries_at(places: Iterable[tuple[int, int]]) -> list[SnapshotSummary]:
