@@ -14,17 +14,14 @@ BASE_TIME = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def listing(root: Path) -> dict[str, bytes]:
-    """Every file under a local store root with its bytes (lock files excluded)."""
+    """Every file under a local store root (lock files included) with its bytes."""
     result: dict[str, bytes] = {}
     if not root.exists():
         return result
     for dirpath, _, filenames in os.walk(root):
         for name in filenames:
             path = Path(dirpath) / name
-            rel = path.relative_to(root).as_posix()
-            if rel.startswith(".locks/"):
-                continue
-            result[rel] = path.read_bytes()
+            result[path.relative_to(root).as_posix()] = path.read_bytes()
     return result
 
 
