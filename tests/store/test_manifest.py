@@ -6,9 +6,12 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from snapshots_store import MalformedManifestError, Manifest, Repository
 from snapshots_store.codec import canonical_json
+from snapshots_store.manifest import COMMIT_KINDS
 
 from .helpers import manifest
 
@@ -135,3 +138,69 @@ def test_manifests_are_hashable_by_content() -> None:
     b = manifest(key_groups={1: (CHUNK,)})
     assert a == b and hash(a) == hash(b)
     assert len({a, b, manifest(epoch=2)}) == 2
+
+
+_ids = st.text("0123456789abcdef", min_size=64, max_size=64)
+_names = st.from_regex(
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,8}(/[A-Za-z0-9][A-Za-z0-9_-]{0,8})?", fullmatch=True
+)
+
+
+@st.composite
+def manifests(draw: st.DrawFn) -> Manifest:
+    m = draw(st.integers(1, 64))
+    branch = draw(_names.filter(lambda n: ".." not in n and not n.endswith(".lock")))
+    return Manifest(
+        branch=branch,
+        epoch=draw(st.integers(0, 10**9)),
+        parents=draw(st.lists(_ids, max_size=3, unique=True)),
+        max_parallelism=m,
+        parallelism=draw(st.integers(1, m)),
+        kind=draw(st.sampled_from(sorted(COMMIT_KINDS))),
+        key_groups=draw(
+            st.dictionaries(st.integers(0, m - 1), st.lists(_ids, min_size=1, max_size=3))
+        ),
+        offsets=draw(
+            st.dictionaries(
+                st.text(min_size=1, max_size=5),
+                st.dictionaries(st.text(min_size=1, max_size=3), st.integers(0, 2**62)),
+                max_size=3,
+            )
+        ),
+        outputs=draw(st.lists(_ids, max_size=3)),
+        code_version=draw(st.text(max_size=10)),
+        operation_id=draw(st.none() | st.text(max_size=10)),
+        processing_time_ms=draw(st.integers(0, 2**50)),
+        stats=draw(
+            st.dictionaries(
+                st.text(max_size=5),
+                st.integers(-(2**50), 2**50) | st.floats(allow_nan=False, allow_infinity=False),
+                max_size=3,
+            )
+        ),
+        provenance=draw(st.dictionaries(st.text(max_size=5), st.text(max_size=5), max_size=2)),
+        extra=draw(
+            st.dictionaries(
+                st.text(max_size=5),
+                st.recursive(
+                    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+                    lambda inner: (
+                        st.lists(inner, max_size=3)
+                        | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+                    ),
+                    max_leaves=6,
+                ),
+                max_size=3,
+            )
+        ),
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=manifests())
+def test_any_valid_manifest_round_trips_canonically(m: Manifest) -> None:
+    data = m.to_bytes()
+    again = Manifest.from_bytes(data)
+    assert again == m
+    assert again.to_bytes() == data
+    assert hash(again) == hash(m)

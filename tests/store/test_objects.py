@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from snapshots_store import CorruptObjectError, InvalidNameError, ObjectNotFoundError, Repository
 from snapshots_store.objects import decode, encode, object_id, object_key
@@ -105,3 +107,28 @@ def test_rewriting_an_old_object_refreshes_its_mtime(repo: Repository, local_roo
     repo.put_object("chunk", b"reused")
     assert path.stat().st_mtime > 1_000_000
     assert repo.get_object(oid) == b"reused"
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    kind=st.sampled_from(["chunk", "output", "manifest", "blob"]),
+    payload=st.binary(max_size=5000),
+    level=st.integers(1, 19),
+)
+def test_any_payload_decodes_to_itself_whatever_the_compression_level(
+    kind: str, payload: bytes, level: int
+) -> None:
+    oid = object_id(kind, payload)
+    assert decode(oid, encode(kind, payload, level=level)) == (kind, payload)
+    assert decode(oid, encode(kind, payload, level=1)) == (kind, payload)
+
+
+@settings(max_examples=100, deadline=None)
+@given(payload=st.binary(min_size=1, max_size=2000), data=st.data())
+def test_any_single_bit_flip_is_detected(payload: bytes, data: st.DataObject) -> None:
+    oid = object_id("chunk", payload)
+    stored = bytearray(encode("chunk", payload))
+    position = data.draw(st.integers(0, len(stored) - 1))
+    stored[position] ^= 1 << data.draw(st.integers(0, 7))
+    with pytest.raises(CorruptObjectError):
+        decode(oid, bytes(stored))
