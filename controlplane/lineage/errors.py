@@ -43,3 +43,14 @@ class InvalidRefError(LineageError):
     def __init__(self, ref: str) -> None:
         self.ref = ref
         super().__init__(f"{ref!r} is not a ref name: use heads/<branch> or tags/<tag>")
+
+
+class InvalidSnapshotError(LineageError):
+    """A snapshot id that is not the content address of the manifest offered with it."""
+
+    def __init__(self, snapshot_id: str, expected: str) -> None:
+        self.snapshot_id = snapshot_id
+        super().__init__(
+            f"{snapshot_id!r} is not the id of this manifest (its content hashes to {expected}); "
+            "index manifests as read from the store"
+        )

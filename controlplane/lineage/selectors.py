@@ -389,7 +389,8 @@ def _ancestor_rows(
             highest = batch[0][1] if after is None else min(batch[0][1], after[0])
             if len(found) >= limit and found[limit - 1][1] > highest:
                 break
-            terms, params = [], []
+            terms: list[str] = []
+            params: list[Any] = []
             for n, (chain, top) in enumerate(batch):
                 extra = ""
                 params += [chain, top]

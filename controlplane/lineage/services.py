@@ -22,7 +22,12 @@ from django.db import models, transaction
 from controlplane.applications.models import Application
 from controlplane.lineage.bulk import insert_rows, reserve_ids
 from controlplane.lineage.chains import ChainPlanner, Edge
-from controlplane.lineage.errors import InvalidRefError, MissingParentError, UnknownRevisionError
+from controlplane.lineage.errors import (
+    InvalidRefError,
+    InvalidSnapshotError,
+    MissingParentError,
+    UnknownRevisionError,
+)
 from controlplane.lineage.models import (
     Branch,
     Chain,
@@ -35,6 +40,7 @@ from controlplane.lineage.models import (
 from snapshots_store import Manifest, ObjectNotFoundError, Repository
 from snapshots_store import ReflogEntry as StoreReflogEntry
 from snapshots_store.codec import parse_timestamp
+from snapshots_store.objects import object_id
 
 _CHUNK = 1000
 _T = TypeVar("_T")
@@ -72,7 +78,11 @@ ProgressCallback = Callable[[ReindexProgress], None]
 
 
 def snapshot_index(*, application: Application, snapshot_id: str, manifest: Manifest) -> Snapshot:
-    """Index one manifest (idempotent). Its parents must be indexed already."""
+    """Index one manifest (idempotent). Its parents must be indexed already, and
+    `snapshot_id` must be the manifest's content address."""
+    expected = object_id("manifest", manifest.to_bytes())
+    if snapshot_id != expected:
+        raise InvalidSnapshotError(snapshot_id, expected)
     _index_manifests(application=application, items=[(snapshot_id, manifest)])
     return Snapshot.objects.get(application=application, snapshot_id=snapshot_id)
 

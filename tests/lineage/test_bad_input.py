@@ -11,6 +11,7 @@ from controlplane.lineage import selectors
 from controlplane.lineage.errors import (
     InvalidCursorError,
     InvalidRefError,
+    InvalidSnapshotError,
     MissingParentError,
     UnknownRevisionError,
 )
@@ -63,6 +64,17 @@ def test_indexing_before_the_parent_is_refused(application: Application) -> None
         snapshot_index(
             application=application, snapshot_id=child, manifest=lineage.manifests[child]
         )
+    assert not Snapshot.objects.filter(application=application).exists()
+
+
+@pytest.mark.parametrize("snapshot_id", [UNKNOWN, "main", "../../etc/passwd", ""])
+def test_a_snapshot_id_must_be_the_manifests_content_address(
+    application: Application, snapshot_id: str
+) -> None:
+    manifest = build([]).manifests
+    root = next(iter(manifest.values()))
+    with pytest.raises(InvalidSnapshotError, match="not the id of this manifest"):
+        snapshot_index(application=application, snapshot_id=snapshot_id, manifest=root)
     assert not Snapshot.objects.filter(application=application).exists()
 
 
