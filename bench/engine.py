@@ -106,15 +106,15 @@ QUICK_SIZES = Sizes(
     keys=2_000,
     records=2_000,
     epochs=3,
-    python_keys=500,
-    python_records=500,
-    python_epochs=3,
+    python_keys=300,
+    python_records=300,
+    python_epochs=2,
     incremental_keys=20_000,
     incremental_fraction=0.01,
     incremental_epochs=3,
-    warm_keys=500,
-    warm_records=500,
-    warm_epochs=2,
+    warm_keys=200,
+    warm_records=200,
+    warm_epochs=1,
 )
 
 
@@ -227,11 +227,42 @@ def run_engine(
     }
     if store_deltas:
         extra["store_object_bytes"] = store_deltas
-    for key in ("stage_ms", "stats", "timings"):  # optional per-stage timings, when exposed
-        values = [getattr(r, key) for r in results if getattr(r, key, None)]
-        if values:
-            extra[key] = values
+    extra.update(_manifest_detail(repo, [r.snapshot_id for r in results]))
     return VariantResult(name, records, seconds, epoch_seconds, checksums, extra)
+
+
+def _manifest_detail(repo: Any, snapshot_ids: list[str]) -> dict[str, list[Any]]:
+    """Per-epoch stage timings and byte counts from the committed manifests (read untimed).
+
+    ``output_bytes``: payload bytes of the epoch's sink output objects, so that
+    ``state_bytes_written = bytes_written - output_bytes`` is what the state chunks cost.
+    """
+    detail: dict[str, list[Any]] = {
+        "map_s": [],
+        "reduce_s": [],
+        "process_s": [],
+        "chunks_written": [],
+        "cache_hits": [],
+        "cache_misses": [],
+        "output_bytes": [],
+        "state_bytes_written": [],
+    }
+    for snapshot_id in snapshot_ids:
+        manifest = repo.read_manifest(snapshot_id)
+        stats = manifest.stats
+        for key in (
+            "map_s",
+            "reduce_s",
+            "process_s",
+            "chunks_written",
+            "cache_hits",
+            "cache_misses",
+        ):
+            detail[key].append(stats.get(key))
+        out = sum(len(repo.get_object(o)) for o in manifest.outputs)
+        detail["output_bytes"].append(out)
+        detail["state_bytes_written"].append(int(stats.get("bytes_written", 0)) - out)
+    return detail
 
 
 def engine_checksums(table: Any, epochs: int) -> list[ck.Checksum]:
@@ -468,6 +499,8 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
     inc = r.get("engine_incremental")
     inc_written = inc.extra["bytes_written"][1:] if inc else []
     inc_changed = inc.extra["changed_state_bytes"][1:] if inc else []
+    inc_state = inc.extra["state_bytes_written"][1:] if inc else []
+    state_written = _mean([float(x) for x in inc_state])
     bytes_written = _mean([float(x) for x in inc_written])
     changed = _mean([float(x) for x in inc_changed])
     report: dict[str, Any] = {
@@ -494,6 +527,10 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
         "bytes_written_per_epoch": round(bytes_written) if bytes_written is not None else None,
         "changed_state_bytes_per_epoch": round(changed) if changed is not None else None,
         "ratio_bytes_written_vs_changed": _ratio(bytes_written, changed),
+        "state_bytes_written_per_epoch": (
+            round(state_written) if state_written is not None else None
+        ),
+        "ratio_state_bytes_written_vs_changed": _ratio(state_written, changed),
         "commit_p50_ms": round(percentile(engine_commits, 50), 1) if engine_commits else None,
         "commit_p99_ms": round(percentile(engine_commits, 99), 1) if engine_commits else None,
         "peak_rss_mb": round(peak.peak_mb, 1),
