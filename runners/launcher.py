@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol, runtime_checkable
@@ -151,6 +152,14 @@ def stop_requested(doc: Mapping[str, Any], run_id: str) -> bool:
     """True when the control document asks the run `run_id` to stop (the job-side check)."""
     request = doc.get(STOP_KEY)
     return isinstance(request, Mapping) and request.get("run_id") == run_id
+
+
+def pyspark_submit_args(master: str, conf: Mapping[str, str], driver_memory_mb: int) -> str:
+    """`PYSPARK_SUBMIT_ARGS` for a job that builds its own SparkSession (client mode)."""
+    args = ["--master", master, "--driver-memory", f"{driver_memory_mb}m"]
+    for key, value in sorted(conf.items()):
+        args += ["--conf", f"{key}={value}"]
+    return shlex.join([*args, "pyspark-shell"])
 
 
 def get_launcher(name: str | None = None) -> Launcher:

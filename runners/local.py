@@ -14,7 +14,6 @@ import contextlib
 import json
 import logging
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -32,6 +31,7 @@ from runners.launcher import (
     RunNotFoundError,
     RunPhase,
     RunStatus,
+    pyspark_submit_args,
     request_stop,
 )
 
@@ -39,14 +39,6 @@ log = logging.getLogger(__name__)
 
 PROJECT_ROOT: Final = Path(__file__).resolve().parent.parent
 _POLL_S: Final = 0.05
-
-
-def pyspark_submit_args(master: str, conf: Mapping[str, str], driver_memory_mb: int) -> str:
-    """`PYSPARK_SUBMIT_ARGS` for a job that builds its own SparkSession (client mode)."""
-    args = ["--master", master, "--driver-memory", f"{driver_memory_mb}m"]
-    for key, value in sorted(conf.items()):
-        args += ["--conf", f"{key}={value}"]
-    return shlex.join([*args, "pyspark-shell"])
 
 
 def _process_start_time(pid: int) -> str | None:
