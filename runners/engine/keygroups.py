@@ -10,8 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mmh3
+import numpy as np
+import numpy.typing as npt
 
 from runners.engine.keys import canonical_bytes
+
+IntArray = npt.NDArray[np.int64]
 
 #: Upper bound of the max parallelism M (as in Flink: 2**15).
 UPPER_BOUND_MAX_PARALLELISM = 32768
@@ -91,3 +95,17 @@ def operator_index(key_group: int, parallelism: int, max_parallelism: int) -> in
     if not 0 <= key_group < max_parallelism:
         raise KeyGroupError(f"key group {key_group} is outside 0..{max_parallelism - 1}")
     return key_group * parallelism // max_parallelism
+
+
+def range_bounds(parallelism: int, max_parallelism: int) -> tuple[IntArray, IntArray]:
+    """(starts, ends) of all p tasks' ranges as arrays, in task order (vectorised)."""
+    check_parallelism(parallelism, max_parallelism)
+    p, m = parallelism, max_parallelism
+    tasks = np.arange(p, dtype=np.int64)
+    return (tasks * m + p - 1) // p, ((tasks + 1) * m - 1) // p
+
+
+def key_group_ranges(parallelism: int, max_parallelism: int) -> list[KeyGroupRange]:
+    """The ranges of all p tasks, in task order."""
+    starts, ends = range_bounds(parallelism, max_parallelism)
+    return [KeyGroupRange(a, b) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]

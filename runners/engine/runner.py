@@ -168,6 +168,8 @@ class EpochRunner:
             "cache_hits": sum(r.cache_hits for r in results),
             "cache_misses": sum(r.cache_misses for r in results),
             "splits": len(splits),
+            "map_s": round(max(r.map_s for r in results), 6),
+            "reduce_s": round(max(r.reduce_s for r in results), 6),
         }
         commit_started = time.perf_counter()
         stats["process_s"] = round(commit_started - started, 6)

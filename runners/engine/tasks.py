@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -77,6 +78,7 @@ class MapShare:
     payload: bytes
     records_in: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    map_s: float = 0.0
 
 
 @dataclass
@@ -94,6 +96,8 @@ class ReduceResult:
     chunks_written: int
     cache_hits: int
     cache_misses: int
+    map_s: float = 0.0
+    reduce_s: float = 0.0
 
 
 # -- map ---------------------------------------------------------------------------------
@@ -136,6 +140,7 @@ def _partial(job: Job, table: pa.Table) -> pa.Table:
 
 def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[int, MapShare]]:
     """Read one split, route records to key groups, and hand each reducer its share."""
+    started = time.perf_counter()
     job = plan.job
     data = job.source.read(split)
     table, dead = _valid_rows(data.table, job.key_columns, split)
@@ -158,6 +163,7 @@ def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[
         n = int(counts[task])
         if n or task == home:
             share = MapShare(split_index, chunks.encode_table(table.slice(start, n)))
+            share.map_s = time.perf_counter() - started
             if task == home:
                 share.records_in, share.dead_letters = records_in, dead
             yield task, share
@@ -353,6 +359,7 @@ def reduce_partition(
 ) -> Iterator[ReduceResult]:
     """Merge this task's partials with its key groups' state at the parent; write chunks and
     outputs; report the new chains. Runs once per task (key-group range)."""
+    started = time.perf_counter()
     job = plan.job
     received = sorted((s for _, s in shares), key=lambda s: s.split_index)
     tables = [chunks.decode_table(s.payload) for s in received]
@@ -399,6 +406,8 @@ def reduce_partition(
         chunks_written=writer.chunks_written,
         cache_hits=chunks.stats["hits"] - hits0,
         cache_misses=chunks.stats["misses"] - misses0,
+        map_s=max((s.map_s for s in received), default=0.0),
+        reduce_s=time.perf_counter() - started,
     )
 
 
