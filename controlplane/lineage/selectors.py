@@ -124,40 +124,74 @@ class _Point:
 def snapshot_get(*, application: Application, rev: str) -> Snapshot:
     """The snapshot `rev` names: a 64-hex id, ``heads/x``, ``tags/y``, or a bare branch
     then tag name. UnknownRevisionError otherwise."""
-    return Snapshot.objects.get(pk=_resolve(application, rev).pk)
+    return Snapshot.objects.get(pk=_resolve(application, rev)[0].pk)
 
 
-def _resolve(application: Application, rev: str) -> _Point:
+_Seed = tuple[str, list[Any]]  # SQL selecting at most one (chain_id, generation) row, params
+
+
+def _point_sql(application: Application, rev: str) -> _Seed:
+    """SQL selecting (id, snapshot_id, chain_id, generation) of the snapshot `rev` names
+    (no row when it names none): a 64-hex id, ``heads/x``, ``tags/y``, or a bare branch
+    then tag name."""
     if not isinstance(rev, str) or not rev:
         raise UnknownRevisionError(application.name, repr(rev), "a revision is a non-empty string")
-    point = "s.id, s.snapshot_id, s.chain_id, s.generation"
+    point = (
+        "s.id AS id, s.snapshot_id AS snapshot_id, s.chain_id AS chain_id, "
+        "s.generation AS generation"
+    )
     if _HEX64.fullmatch(rev):
-        sql = (
-            f"SELECT {point} FROM {_SNAPSHOT} s WHERE s.application_id = %s AND s.snapshot_id = %s"
+        return (
+            f"SELECT {point} FROM {_SNAPSHOT} s WHERE s.application_id = %s AND s.snapshot_id = %s",
+            [application.pk, rev],
         )
-        params: list[Any] = [application.pk, rev]
+    if rev.startswith("heads/"):
+        refs = [(_BRANCH, "head_id", rev.removeprefix("heads/"))]
+    elif rev.startswith("tags/"):
+        refs = [(_TAG, "target_id", rev.removeprefix("tags/"))]
     else:
-        refs: list[tuple[str, str, str]] = []
-        if rev.startswith("heads/"):
-            refs = [(_BRANCH, "head_id", rev.removeprefix("heads/"))]
-        elif rev.startswith("tags/"):
-            refs = [(_TAG, "target_id", rev.removeprefix("tags/"))]
-        else:
-            refs = [(_BRANCH, "head_id", rev), (_TAG, "target_id", rev)]
-        terms, params = [], []
-        for order, (table, column, name) in enumerate(refs):
-            terms.append(
-                f"SELECT {order} AS o, {point} FROM {table} r JOIN {_SNAPSHOT} s "
-                f"ON s.id = r.{column} WHERE r.application_id = %s AND r.name = %s"
-            )
-            params += [application.pk, name]
-        sql = f"SELECT * FROM ({' UNION ALL '.join(terms)}) AS refs ORDER BY o LIMIT 1"
+        refs = [(_BRANCH, "head_id", rev), (_TAG, "target_id", rev)]
+    terms, params = [], []
+    for order, (table, column, name) in enumerate(refs):
+        terms.append(
+            f"SELECT {order} AS o, {point} FROM {table} r JOIN {_SNAPSHOT} s "
+            f"ON s.id = r.{column} WHERE r.application_id = %s AND r.name = %s"
+        )
+        params += [application.pk, name]
+    return (
+        f"SELECT id, snapshot_id, chain_id, generation FROM ({' UNION ALL '.join(terms)}) "
+        "AS refs ORDER BY o LIMIT 1",
+        params,
+    )
+
+
+def _resolve(application: Application, *revs: str) -> list[_Point]:
+    """The points `revs` name, in one statement; UnknownRevisionError for the first unknown."""
+    queries = [_point_sql(application, rev) for rev in revs]
+    sql = " UNION ALL ".join(
+        f"SELECT {k} AS k, id, snapshot_id, chain_id, generation FROM ({q}) AS p{k}"
+        for k, (q, _) in enumerate(queries)
+    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
-    if row is None:
-        raise UnknownRevisionError(application.name, rev)
-    return _Point(*row[-4:])
+        cursor.execute(sql, [p for _, params in queries for p in params])
+        found = {row[0]: _Point(*row[1:]) for row in cursor.fetchall()}
+    for k, rev in enumerate(revs):
+        if k not in found:
+            raise UnknownRevisionError(application.name, rev)
+    return [found[k] for k in range(len(revs))]
+
+
+def _seed(application: Application, rev: str) -> _Seed:
+    """Seed a walk at the snapshot `rev` names, resolving it inside the walk's statement."""
+    sql, params = _point_sql(application, rev)
+    return f"SELECT chain_id, generation FROM ({sql}) AS point", params
+
+
+def _seed_at(point: _Point) -> _Seed:
+    return (
+        "SELECT CAST(%s AS BIGINT) AS chain_id, CAST(%s AS BIGINT) AS generation",
+        [point.chain, point.generation],
+    )
 
 
 # -- history --------------------------------------------------------------------------------
@@ -173,14 +207,13 @@ def snapshot_log(
 ) -> LogPage:
     """History of `rev`, newest first, `limit` at a time; pass `next_cursor` back for more."""
     limit = _check_limit(limit)
-    start = _resolve(application, rev)
     after = _parse_cursor(cursor)
     if first_parent:
-        rows = _first_parent_rows(start, limit + 1, after)
+        rows = _first_parent_rows(_first_parent_path(application, rev), limit + 1, after)
     else:
-        rows = [
-            _summary(row[3:]) for row in _ancestor_rows(start, limit + 1, after, summaries=True)
-        ]
+        reach = _reach_of(application, rev)
+        found = _ancestor_rows(reach, limit + 1, after, summaries=True)
+        rows = [_summary(row[3:]) for row in found]
     more = len(rows) > limit
     snapshots = rows[:limit]
     tail = snapshots[-1] if snapshots else None
@@ -194,7 +227,8 @@ def snapshot_ancestors(
     """Ids of every snapshot in the history of `rev` (itself included), a page at a time,
     in topological order (generation descending, then id)."""
     limit = _check_limit(limit)
-    rows = _ancestor_rows(_resolve(application, rev), limit + 1, _parse_cursor(cursor))
+    after = _parse_cursor(cursor)
+    rows = _ancestor_rows(_reach_of(application, rev), limit + 1, after)
     more = len(rows) > limit
     rows = rows[:limit]
     next_cursor = f"{rows[-1][1]}:{rows[-1][2]}" if more and rows else None
@@ -203,20 +237,21 @@ def snapshot_ancestors(
 
 def snapshot_is_ancestor(*, application: Application, ancestor: str, descendant: str) -> bool:
     """True when `ancestor` is in the history of `descendant` (a snapshot is its own)."""
-    a = _resolve(application, ancestor)
-    b = _resolve(application, descendant)
+    a, b = _resolve(application, ancestor, descendant)
     if a.chain == b.chain:
         return a.generation <= b.generation
     if a.generation >= b.generation:
         return False
-    reach = _reach([b], floor=a.generation)[0]
+    reach = _reach([_seed_at(b)], floor=a.generation)[0]
     return reach.get(a.chain, 0) >= a.generation
 
 
 def snapshot_merge_bases(*, application: Application, a: str, b: str) -> list[SnapshotSummary]:
     """The best common ancestors of `a` and `b` (none an ancestor of another), newest first."""
-    pa, pb = _resolve(application, a), _resolve(application, b)
-    reach_a, reach_b = _reach([pa, pb])
+    reach_a, reach_b = _reach([_seed(application, a), _seed(application, b)])
+    for rev, reach in ((a, reach_a), (b, reach_b)):
+        if not reach:
+            raise UnknownRevisionError(application.name, rev)
     common = {c: min(g, reach_b[c]) for c, g in reach_a.items() if c in reach_b}
     if not common:
         return []
@@ -318,33 +353,40 @@ def _parse_cursor(cursor: str | None) -> tuple[int, str] | None:
     return int(match.group(1)), match.group(2)
 
 
-def _reach(starts: Sequence[_Point], floor: int = 0) -> list[dict[int, int]]:
-    """For each start, chain -> highest generation of that chain in its history.
+def _reach(seeds: Sequence[_Seed], floor: int = 0) -> list[dict[int, int]]:
+    """For each seed, chain -> highest generation of that chain in its history (empty when
+    the seed selects nothing).
 
     One recursive query over chain edges; `floor` prunes edges into generations below it
     (a snapshot of generation g has no ancestor of generation >= g).
     """
     edges = _edges_of("r", "e.from_generation <= r.generation AND e.to_generation >= %s")
-    seeds = " UNION ALL ".join(
-        "SELECT CAST(%s AS INTEGER), CAST(%s AS BIGINT), CAST(%s AS BIGINT)" for _ in starts
+    seeds_sql = " UNION ALL ".join(
+        f"SELECT CAST({side} AS INTEGER), chain_id, generation FROM ({sql}) AS s{side}"
+        for side, (sql, _) in enumerate(seeds)
     )
     sql = f"""
         WITH RECURSIVE reach(side, chain_id, generation) AS (
-            {seeds}
+            {seeds_sql}
             UNION
             SELECT r.side, e.to_chain_id, e.to_generation FROM reach r {edges}
         )
         SELECT side, chain_id, MAX(generation) FROM reach GROUP BY side, chain_id
     """
-    params: list[int] = []
-    for side, point in enumerate(starts):
-        params += [side, point.chain, point.generation]
-    result: list[dict[int, int]] = [{} for _ in starts]
+    params = [p for _, seed_params in seeds for p in seed_params]
+    result: list[dict[int, int]] = [{} for _ in seeds]
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, floor])  # `floor` is the last placeholder
         for side, chain, generation in cursor.fetchall():
             result[side][chain] = generation
     return result
+
+
+def _reach_of(application: Application, rev: str) -> dict[int, int]:
+    reach = _reach([_seed(application, rev)])[0]
+    if not reach:
+        raise UnknownRevisionError(application.name, rev)
+    return reach
 
 
 def _edges_of(row: str, condition: str) -> str:
@@ -364,16 +406,20 @@ def _edges_of(row: str, condition: str) -> str:
 
 
 def _ancestor_rows(
-    start: _Point, limit: int, after: tuple[int, str] | None, *, summaries: bool = False
+    reach: Mapping[int, int],
+    limit: int,
+    after: tuple[int, str] | None,
+    *,
+    summaries: bool = False,
 ) -> list[tuple[Any, ...]]:
-    """(pk, generation, snapshot id[, summary columns…]) of the first `limit` ancestors of
-    `start` after `after`, ordered by generation descending then id.
+    """(pk, generation, snapshot id[, summary columns…]) of the first `limit` snapshots of
+    the history `reach` after `after`, ordered by generation descending then id.
 
     Each chain of the history contributes an index range. Chains are read in order of their
     highest reachable generation, a batch per statement, and reading stops once no unread
     chain can reach above the `limit`-th row found so far.
     """
-    ranges = sorted(_reach([start])[0].items(), key=lambda item: -item[1])
+    ranges = sorted(reach.items(), key=lambda item: -item[1])
     columns = "id, generation, snapshot_id" + (f", {_SUMMARY_COLUMNS}" if summaries else "")
     term = (
         f"SELECT * FROM (SELECT {columns} FROM {_SNAPSHOT} "
@@ -409,9 +455,9 @@ def _ancestor_rows(
 
 
 def _first_parent_rows(
-    start: _Point, limit: int, after: tuple[int, str] | None
+    path: Sequence[tuple[int, int, int]], limit: int, after: tuple[int, str] | None
 ) -> list[SnapshotSummary]:
-    """The first-parent chain of `start` (below `after`), newest first.
+    """The first-parent chain along `path` (below `after`), newest first.
 
     The chain is a list of segments, each a range of one chain lying wholly below the
     previous one in generation. A segment from generation `top` down to its chain's root
@@ -420,7 +466,7 @@ def _first_parent_rows(
     costs at most one more statement.
     """
     segments = []
-    for chain, generation, root in _first_parent_path(start):
+    for chain, generation, root in path:
         top = generation if after is None else min(generation, after[0] - 1)
         if top >= root:
             segments.append((chain, top, root))
@@ -445,13 +491,14 @@ def _first_parent_rows(
     return rows
 
 
-def _first_parent_path(start: _Point) -> list[tuple[int, int, int]]:
-    """(chain, top generation, root generation) segments of the first-parent chain of
-    `start`, newest first."""
+def _first_parent_path(application: Application, rev: str) -> list[tuple[int, int, int]]:
+    """(chain, top generation, root generation) segments of the first-parent chain of the
+    snapshot `rev` names, newest first (resolved inside the same statement)."""
+    seed, params = _seed(application, rev)
     edges = _edges_of("p", "e.first_parent")
     sql = f"""
         WITH RECURSIVE path(depth, chain_id, generation) AS (
-            SELECT 0, CAST(%s AS BIGINT), CAST(%s AS BIGINT)
+            SELECT 0, chain_id, generation FROM ({seed}) AS start
             UNION ALL
             SELECT p.depth + 1, e.to_chain_id, e.to_generation FROM path p {edges}
         )
@@ -459,8 +506,11 @@ def _first_parent_path(start: _Point) -> list[tuple[int, int, int]]:
         FROM path p JOIN {_CHAIN} c ON c.id = p.chain_id ORDER BY p.depth
     """
     with connection.cursor() as cursor:
-        cursor.execute(sql, [start.chain, start.generation])
-        return [(c, g, root) for c, g, root in cursor.fetchall()]
+        cursor.execute(sql, params)
+        path = [(c, g, root) for c, g, root in cursor.fetchall()]
+    if not path:
+        raise UnknownRevisionError(application.name, rev)
+    return path
 
 
 def _undominated(common: Mapping[int, int]) -> list[tuple[int, int]]:
