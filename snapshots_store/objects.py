@@ -23,6 +23,7 @@ MAGIC: Final = b"EPO1"
 OBJECTS_PREFIX: Final = "objects/"
 _ID_RE: Final = re.compile(r"[0-9a-f]{64}")
 _MAX_HEADER: Final = 64
+_FHD_SPARE_BITS: Final = 0x18  # zstd Frame_Header_Descriptor: unused bit 4, reserved bit 3
 #: put_object rewrites an existing object older than this, so gc's grace period protects
 #: an in-flight commit that re-uses an old (possibly unreachable) object.
 REFRESH_AFTER: Final = timedelta(hours=1)
@@ -92,6 +93,10 @@ def decode(oid: str, data: bytes) -> tuple[str, bytes]:
         raise CorruptObjectError(oid, f"bad object header {data[:newline]!r}")
     length = int(fields[2])
     body = data[newline + 1 :]
+    if len(body) > 4 and body[4] & _FHD_SPARE_BITS:
+        # Decoders ignore these bits, so a flip there would decode fine: refuse it anyway,
+        # the stored bytes are not what was written.
+        raise CorruptObjectError(oid, "zstd frame header has its unused/reserved bits set")
     try:
         declared = zstandard.frame_content_size(body)
         if declared != length:
