@@ -113,6 +113,9 @@ def spark_conf(spec: JobSpec, placement: Placement) -> dict[str, str]:
             "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
             "spark.kubernetes.executor.deleteOnTermination": "true",
             "spark.driver.host": f"{service_name(spec)}.{placement.namespace}.svc",
+            # Spark 4.1+ defaults executors to the driver's bind address (0.0.0.0 here):
+            # they must dial the headless Service instead.
+            "spark.kubernetes.executor.useDriverPodIP": "false",
             "spark.driver.bindAddress": "0.0.0.0",
             "spark.driver.port": str(DRIVER_PORT),
             "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),

@@ -161,6 +161,7 @@ def test_start_creates_driver_pod_service_and_config_map(api, launcher, spec) ->
         "spark.kubernetes.executor.deleteOnTermination": "true",
         "spark.driver.host": f"{SVC}.{NS}.svc",
         "spark.driver.bindAddress": "0.0.0.0",
+        "spark.kubernetes.executor.useDriverPodIP": "false",
         "spark.driver.port": "7078",  # ours wins over the spec's "1"
         "spark.driver.blockManager.port": "7079",
         "spark.executor.instances": "2",  # ceil(parallelism 3 / 2 cores)
