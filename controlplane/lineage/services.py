@@ -63,7 +63,8 @@ class ReindexResult:
     snapshots_added: int
     snapshots_total: int
     reflog_entries_added: int
-    skipped: tuple[str, ...]
+    skipped: tuple[str, ...]  # found, but part of their history is missing from the store
+    missing: tuple[str, ...]  # named by a reflog entry or a parent, absent from the store
     seconds: float
 
     @property
@@ -157,6 +158,7 @@ def reindex_application(
         snapshots_total=total,
         reflog_entries_added=entries_added,
         skipped=tuple(skipped),
+        missing=tuple(sorted(missing)),
         seconds=time.monotonic() - started,
     )
 

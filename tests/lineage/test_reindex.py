@@ -26,6 +26,7 @@ from controlplane.lineage.models import (
 from controlplane.lineage.services import ReindexProgress, reindex_application, snapshot_index
 from snapshots_store import Manifest, Repository
 from snapshots_store.codec import format_timestamp
+from snapshots_store.objects import object_key
 
 from .lineages import Lineage, Step, build, steps_strategy
 
@@ -279,3 +280,26 @@ def test_deleting_an_application_removes_its_index(
     assert not Snapshot.objects.exists()
     assert not Chain.objects.exists()
     assert not ReflogEntry.objects.exists()
+
+
+def test_reindex_skips_history_that_gc_collected(
+    application: Application, repo: Repository
+) -> None:
+    """A rollback leaves the abandoned commits reachable only through the reflog; once gc
+    has collected one of them, reindex indexes everything else and reports the gap."""
+    lineage = build_in_store(repo, [Step("commit", 0, 0)] * 3 + [Step("rollback", 0, 1)])
+    abandoned = lineage.order[-2:]  # the rollback moved main back two commits
+    assert lineage.heads["main"] == lineage.order[1]
+    repo.backend.delete(object_key(abandoned[0]))  # as gc would after retention
+    fresh = Repository.open(repo.backend.url.rsplit("/", 1)[0], application.store_namespace)
+    result = reindex_application(application=application, repo=fresh)
+    assert result.missing == (abandoned[0],)
+    assert result.skipped == (abandoned[1],)
+    indexed = set(
+        Snapshot.objects.filter(application=application).values_list("snapshot_id", flat=True)
+    )
+    assert indexed == set(lineage.order[:2])
+    assert (
+        selectors.snapshot_get(application=application, rev="main").snapshot_id
+        == (lineage.order[1])
+    )

@@ -72,7 +72,10 @@ class Command(BaseCommand):
             f"{result.application}: {result.snapshots_added} new snapshots "
             f"({result.snapshots_total} indexed), {result.reflog_entries_added} new reflog "
             f"entries, {result.refs} refs, {len(result.skipped)} skipped, "
+            f"{len(result.missing)} missing from the store, "
             f"{result.seconds:.2f}s ({result.snapshots_per_s:.0f} snapshots/s)"
         )
         for sid in result.skipped[:10]:
             self.stdout.write(f"  skipped {sid}: its history is incomplete in the store")
+        for sid in result.missing[:10]:
+            self.stdout.write(f"  missing {sid}: named in history but not in the store (gc?)")
