@@ -290,11 +290,24 @@ def engine_checksums(table: Any, epochs: int) -> list[ck.Checksum]:
 # -- orchestration ---------------------------------------------------------------------------
 
 
+VARIANTS = ("spark_builtin", "stateless", "engine", "engine_python", "spark_tws")
+PART_VARIANTS = {
+    "vectorised": ("spark_builtin", "stateless", "engine"),
+    "python": ("engine_python", "spark_tws"),
+    "incremental": ("engine",),
+}
+
+
 class Bench:
     def __init__(
-        self, spark: SparkSession, work: Path, store_url: str, sizes: Sizes, engine: bool = True
+        self,
+        spark: SparkSession,
+        work: Path,
+        store_url: str,
+        sizes: Sizes,
+        variants: Iterable[str] = VARIANTS,
     ) -> None:
-        self.engine = engine
+        self.variants = set(variants)
         self.spark = spark
         self.work = work
         self.store_url = store_url
@@ -323,133 +336,85 @@ class Bench:
         else:
             log(f"checksums OK: {result.name} == {what} ({len(expected)} epochs)")
 
-    def record(self, result: VariantResult) -> VariantResult:
-        self.results[result.name] = result
-        log(result.summary())
-        return result
-
-    # warm-up ---------------------------------------------------------------------------------
-
-    def warm(self, parts: Iterable[str]) -> None:
+    def run_variant(self, variant: str, data: EpochSet, label: str, **kw: Any) -> VariantResult:
+        """Run one variant over `data`; `label` names checkpoints and store namespaces."""
         from bench import spark_peers
 
+        if variant == "spark_builtin":
+            return spark_peers.run_spark_builtin(self.spark, data, self.work / f"cp-{label}")
+        if variant == "stateless":
+            return spark_peers.run_stateless(self.spark, data)
+        if variant == "spark_tws":
+            return spark_peers.run_spark_tws(self.spark, data, self.work / f"cp-{label}")
+        python = variant == "engine_python"
+        return run_engine(
+            self.spark,
+            data,
+            self.store_url,
+            self.namespace(label),
+            python=python,
+            name=kw.pop("name", variant),
+            **kw,
+        )
+
+    def measure(
+        self, variants: Iterable[str], data: EpochSet, label: str, *, warm: bool = False
+    ) -> None:
+        """Run `variants` (those selected) over `data` and check every checksum.
+
+        Stateful variants must equal the numpy running reference and each other; the
+        stateless variant (per-epoch partials) must equal the per-epoch reference.
+        """
+        t0 = time.perf_counter()
+        running = ck.reference_running(data)
+        per_epoch = ck.reference_per_epoch(data) if "stateless" in variants else []
+        log(f"numpy reference checksums ({label}): {time.perf_counter() - t0:.1f} s")
+        first: VariantResult | None = None
+        for variant in variants:
+            if variant not in self.variants:
+                continue
+            t1 = time.perf_counter()
+            result = self.run_variant(variant, data, f"{label}-{variant}")
+            if warm:
+                log(f"warm {variant}: {time.perf_counter() - t1:.1f} s")
+            else:
+                self.results[result.name] = result
+                log(result.summary())
+            suffix = " (warm)" if warm else ""
+            if variant == "stateless":
+                self.check(result, per_epoch, f"per-epoch reference{suffix} (no running state)")
+                continue
+            self.check(result, running, f"reference{suffix}")
+            if first is None:
+                first = result
+            else:
+                self.check(result, first.checksums, first.name + suffix)
+
+    # warm-up and the three parts ---------------------------------------------------------
+
+    def warm(self, parts: Iterable[str]) -> None:
         s = self.sizes
         warm = self.dataset(
             "warm", keys=s.warm_keys, records=s.warm_records, epochs=s.warm_epochs, seed=99
         )
-        expected = ck.reference_running(warm)
-        runs: list[tuple[str, Any]] = []
-        parts = set(parts)
-        if "vectorised" in parts:
-            runs += [
-                (
-                    "spark_builtin",
-                    lambda: spark_peers.run_spark_builtin(
-                        self.spark, warm, self.work / "cp-warm-builtin"
-                    ),
-                ),
-                ("stateless", lambda: spark_peers.run_stateless(self.spark, warm)),
-            ]
-        if self.engine and parts & {"vectorised", "incremental"}:
-            runs.append(
-                (
-                    "engine",
-                    lambda: run_engine(
-                        self.spark,
-                        warm,
-                        self.store_url,
-                        self.namespace("warm-vec"),
-                        python=False,
-                        name="engine",
-                    ),
-                )
-            )
-        if self.engine and "python" in parts:
-            runs.append(
-                (
-                    "engine_python",
-                    lambda: run_engine(
-                        self.spark,
-                        warm,
-                        self.store_url,
-                        self.namespace("warm-py"),
-                        python=True,
-                        name="engine_python",
-                    ),
-                )
-            )
-        if "python" in parts:
-            runs.append(
-                (
-                    "spark_tws",
-                    lambda: spark_peers.run_spark_tws(self.spark, warm, self.work / "cp-warm-tws"),
-                )
-            )
-        for name, run in runs:
-            t0 = time.perf_counter()
-            result = run()
-            log(f"warm {name}: {time.perf_counter() - t0:.1f} s")
-            if name == "stateless":
-                self.check(result, ck.reference_per_epoch(warm), "reference (warm)")
-            else:
-                self.check(result, expected, "reference (warm)")
-
-    # the three parts -------------------------------------------------------------------------
+        wanted = {v for part in parts for v in PART_VARIANTS[part]}
+        self.measure([v for v in VARIANTS if v in wanted], warm, "warm", warm=True)
 
     def vectorised(self) -> None:
-        from bench import spark_peers
-
         s = self.sizes
         data = self.dataset("vectorised", keys=s.keys, records=s.records, epochs=s.epochs)
-        t0 = time.perf_counter()
-        expected = ck.reference_running(data)
-        per_epoch = ck.reference_per_epoch(data)
-        log(f"numpy reference checksums: {time.perf_counter() - t0:.1f} s")
-        builtin = self.record(
-            spark_peers.run_spark_builtin(self.spark, data, self.work / "cp-builtin")
-        )
-        self.check(builtin, expected, "reference")
-        stateless = self.record(spark_peers.run_stateless(self.spark, data))
-        self.check(stateless, per_epoch, "per-epoch reference (stateless: no running state)")
-        if not self.engine:
-            return
-        engine = self.record(
-            run_engine(
-                self.spark, data, self.store_url, self.namespace("vec"), python=False, name="engine"
-            )
-        )
-        self.check(engine, expected, "reference")
-        self.check(engine, builtin.checksums, "spark_builtin")
+        self.measure(PART_VARIANTS["vectorised"], data, "vec")
 
     def python(self) -> None:
-        from bench import spark_peers
-
         s = self.sizes
         data = self.dataset(
             "python", keys=s.python_keys, records=s.python_records, epochs=s.python_epochs
         )
-        expected = ck.reference_running(data)
-        engine = None
-        if self.engine:
-            engine = self.record(
-                run_engine(
-                    self.spark,
-                    data,
-                    self.store_url,
-                    self.namespace("py"),
-                    python=True,
-                    name="engine_python",
-                )
-            )
-            self.check(engine, expected, "reference")
-        tws = self.record(spark_peers.run_spark_tws(self.spark, data, self.work / "cp-tws"))
-        self.check(tws, expected, "reference")
-        if engine is not None:
-            self.check(tws, engine.checksums, "engine_python")
+        self.measure(PART_VARIANTS["python"], data, "py")
 
     def incremental(self) -> None:
-        if not self.engine:
-            log("incremental: engine skipped, nothing to measure")
+        if "engine" not in self.variants:
+            log("incremental: the engine variant is not selected, nothing to measure")
             return
         s = self.sizes
         touched = max(1, round(s.incremental_keys * s.incremental_fraction))
@@ -461,18 +426,12 @@ class Bench:
             incremental=True,
         )
         expected = ck.reference_running(data)
-        engine = self.record(
-            run_engine(
-                self.spark,
-                data,
-                self.store_url,
-                self.namespace("inc"),
-                python=False,
-                name="engine_incremental",
-                measure_store=True,
-            )
+        result = self.run_variant(
+            "engine", data, "inc", name="engine_incremental", measure_store=True
         )
-        self.check(engine, expected, "reference")
+        self.results[result.name] = result
+        log(result.summary())
+        self.check(result, expected, "reference")
 
 
 def _mean(values: list[float]) -> float | None:
@@ -506,6 +465,7 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
     report: dict[str, Any] = {
         "bench": "engine",
         "parts": parts,
+        "variants": sorted(bench.variants),
         "records": s.records,
         "total_records": s.records * s.epochs,
         "keys": s.keys,
@@ -576,7 +536,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--store-url", help="snapshot store URL (default: file://<work-dir>/store)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-up (debugging only)")
     p.add_argument(
-        "--skip-engine", action="store_true", help="run only the Spark peers (validating them)"
+        "--variants",
+        default=",".join(VARIANTS),
+        help="comma list of variants to run (default all): " + ", ".join(VARIANTS),
     )
     args = p.parse_args(argv)
     parts = [x.strip() for x in args.parts.split(",") if x.strip()]
@@ -584,6 +546,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or not parts:
         p.error(f"--parts: unknown {unknown}; choose from {', '.join(PARTS)}")
     args.parts = [x for x in PARTS if x in parts]
+    variants = {x.strip() for x in args.variants.split(",") if x.strip()}
+    if variants - set(VARIANTS) or not variants:
+        p.error(f"--variants: unknown {sorted(variants - set(VARIANTS))}")
+    args.variants = [x for x in VARIANTS if x in variants]
     return args
 
 
@@ -627,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work_dir) if keep else Path(tempfile.mkdtemp(prefix="bench-engine-"))
     work.mkdir(parents=True, exist_ok=True)
     store_url = args.store_url or f"file://{(work / 'store').resolve()}"
-    log(f"parts={args.parts} sizes={sizes} work={work} store={store_url}")
+    log(f"parts={args.parts} variants={args.variants} sizes={sizes} work={work} store={store_url}")
     started = time.perf_counter()
     load_start = os.getloadavg()
     try:
@@ -642,7 +608,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"SparkSession {spark.version} {spark.sparkContext.master} in {session_s:.1f} s "
                 f"(excluded from every rate); tree RSS {tree_rss_mb():.0f} MB"
             )
-            bench = Bench(spark, work, store_url, sizes, engine=not args.skip_engine)
+            bench = Bench(spark, work, store_url, sizes, args.variants)
             if not args.no_warm:
                 peak.phase("warm")
                 bench.warm(args.parts)
