@@ -172,7 +172,8 @@ def driver_pod(spec: JobSpec, placement: Placement) -> dict[str, Any]:
         "name": DRIVER_CONTAINER,
         "image": spec.image or placement.image,
         "imagePullPolicy": placement.image_pull_policy,
-        "command": ["python", "-m", ENGINE_MODULE, *spec.engine_arguments()],
+        # args, not command: the image entry point runs it under tini (signals, zombies).
+        "args": ["python", "-m", ENGINE_MODULE, *spec.engine_arguments()],
         "env": [
             {"name": key, "value": value}
             for key, value in driver_environment(spec, placement).items()

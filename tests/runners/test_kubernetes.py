@@ -119,7 +119,8 @@ def test_start_creates_driver_pod_service_and_config_map(api, launcher, spec) ->
     [container] = pod_spec["containers"]
     assert container["name"] == "spark-driver"
     assert container["image"] == IMAGE
-    assert container["command"] == ["python", "-m", "runners.engine.main", *spec.engine_arguments()]
+    assert "command" not in container  # the image entry point (tini) runs the args
+    assert container["args"] == ["python", "-m", "runners.engine.main", *spec.engine_arguments()]
     assert container["envFrom"] == [{"secretRef": {"name": "epochal-store"}}]
     assert container["ports"] == [
         {"name": "driver-rpc", "containerPort": 7078, "protocol": "TCP"},
