@@ -15,11 +15,10 @@ import sys
 import time
 from dataclasses import asdict
 
-from snapshots_store import Repository
-
 from runners.engine.job import Job
 from runners.engine.runner import EpochRunner
 from runners.engine.session import build_spark_session
+from snapshots_store import Repository
 
 
 def load_job(spec: str) -> Job:

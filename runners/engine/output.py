@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pyarrow as pa
 
-from runners.engine.chunks import decode_table
-from runners.engine.tasks import DEAD_LETTER_SCHEMA, OUTPUT_KIND
+from runners.engine.chunks import DELETED, decode_table
+from runners.engine.tasks import CHUNK_REFS, DEAD_LETTER_SCHEMA, OUTPUT_KIND
 from snapshots_store import Repository
 
 EPOCH = "_epoch"
@@ -19,14 +20,33 @@ def _epoch_tables(repo: Repository, branch: str, kind: str) -> Iterator[pa.Table
     chain = list(repo.log(f"heads/{branch}", first_parent=True))
     for _, manifest in reversed(chain):
         for output_id in manifest.outputs:
-            table = decode_table(repo.get_object(output_id))
+            payload = repo.get_object(output_id)
+            if payload.startswith(b"{"):
+                if kind == "records":
+                    yield _with_epoch(_resolve_refs(repo, payload), manifest.epoch)
+                continue
+            table = decode_table(payload)
             meta = table.schema.metadata or {}
             if meta.get(OUTPUT_KIND, b"records").decode() != kind:
                 continue
-            table = table.replace_schema_metadata(None)
-            yield table.append_column(
-                EPOCH, pa.array([manifest.epoch] * table.num_rows, pa.int64())
-            )
+            yield _with_epoch(table, manifest.epoch)
+
+
+def _with_epoch(table: pa.Table, epoch: int) -> pa.Table:
+    table = table.replace_schema_metadata(None)
+    return table.append_column(EPOCH, pa.array([epoch] * table.num_rows, pa.int64()))
+
+
+def _resolve_refs(repo: Repository, payload: bytes) -> pa.Table:
+    """Rows an output names inside state chunks ((chunk id, first row, rows) references)."""
+    doc = json.loads(payload)
+    if doc.get("kind") != CHUNK_REFS:
+        raise ValueError(f"unknown output document kind {doc.get('kind')!r}")
+    parts = []
+    for chunk_id, start, length in doc["refs"]:
+        chunk = decode_table(repo.get_object(chunk_id)).slice(start, length)
+        parts.append(chunk.drop_columns([DELETED]))
+    return pa.concat_tables(parts)
 
 
 def _sortable(field: pa.Field) -> bool:

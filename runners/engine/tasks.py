@@ -28,6 +28,7 @@ KG = "_kg"
 STATE = "_state"
 EXPIRES = "_expires"
 OUTPUT_KIND = b"epochal.output"
+CHUNK_REFS = "chunk_refs"
 DEAD_LETTER_SCHEMA = pa.schema(
     [
         ("source", pa.string()),
@@ -214,8 +215,11 @@ class _Writer:
 
     def key_group(
         self, kg: int, old: chunks.KeyGroupState, new_state: pa.Table, delta: pa.Table
-    ) -> None:
-        """Store a key group's new state: one delta chunk, or a new base when deltas outgrow it."""
+    ) -> tuple[str, int, int]:
+        """Store a key group's new state: one delta chunk, or a new base when deltas outgrow it.
+
+        Returns (chunk id, first row, rows) of the changed rows: the whole delta, or the tail
+        of the new base (a base is the kept rows followed by the changed ones)."""
         delta_payload = chunks.encode_table(delta)
         self.changed_state_bytes += len(delta_payload)
         deltas_bytes = sum(old.sizes[1:]) + len(delta_payload)
@@ -231,6 +235,9 @@ class _Writer:
         self.chunks_written += 1
         self.chains[kg] = chain
         chunks.cache_put(chunks.KeyGroupState(chain, new_state, sizes))
+        if len(chain) > 1:
+            return chunk_id, 0, delta.num_rows
+        return chunk_id, new_state.num_rows - delta.num_rows, delta.num_rows
 
 
 def _load(plan: TaskPlan, kg: int, key_columns: Sequence[str]) -> chunks.KeyGroupState | None:
@@ -240,11 +247,27 @@ def _load(plan: TaskPlan, kg: int, key_columns: Sequence[str]) -> chunks.KeyGrou
     return chunks.load_key_group(plan.repo(), chain, key_columns, None)
 
 
-def _reduce_aggregate(plan: TaskPlan, partial: pa.Table, writer: _Writer) -> list[pa.Table]:
+def _conform(state: pa.Table, schema: pa.Schema) -> pa.Table:
+    """State in the current job's columns: a fork or new code version that adds an
+    aggregation starts it empty; one that drops an aggregation drops its column."""
+    if state.schema.equals(schema):
+        return state
+    columns = []
+    for f in schema:
+        if f.name in state.column_names:
+            columns.append(state.column(f.name).cast(f.type))
+        else:
+            columns.append(pa.nulls(state.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _reduce_aggregate(
+    plan: TaskPlan, partial: pa.Table, writer: _Writer
+) -> list[tuple[str, int, int]]:
     job = plan.job
     keys = list(job.key_columns)
     table, slices = _kg_slices(partial)
-    outputs = []
+    refs = []
     for kg, start, length in slices:
         part = table.slice(start, length)
         old = _load(plan, kg, keys)
@@ -253,7 +276,7 @@ def _reduce_aggregate(plan: TaskPlan, partial: pa.Table, writer: _Writer) -> lis
             old = chunks.empty_state(part.schema)
             delta = chunks.with_deleted(part)
         else:
-            state = old.table
+            state = _conform(old.table, part.schema)
             idx = pc.index_in(
                 chunks.lookup_key(part, keys), value_set=chunks.lookup_key(state, keys)
             )
@@ -272,10 +295,8 @@ def _reduce_aggregate(plan: TaskPlan, partial: pa.Table, writer: _Writer) -> lis
                 pa.concat_tables([kept, changed.cast(kept.schema)]) if kept.num_rows else changed
             )
             delta = chunks.with_deleted(changed)
-            part = changed
-        writer.key_group(kg, old, new_state, delta)
-        outputs.append(part)
-    return outputs
+        refs.append(writer.key_group(kg, old, new_state, delta))
+    return refs
 
 
 def _reduce_process(plan: TaskPlan, records: pa.Table, writer: _Writer) -> list[pa.Table]:
@@ -370,18 +391,26 @@ def reduce_partition(
     hits0, misses0 = chunks.stats["hits"], chunks.stats["misses"]
     writer = _Writer(plan)
     out_tables: list[pa.Table] = []
+    refs: list[tuple[str, int, int]] = []
     if tables:
         merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if job.aggregate is not None:
             if len(tables) > 1:
                 merged = _combine(job, merged)
-            out_tables = _reduce_aggregate(plan, merged, writer)
+            refs = _reduce_aggregate(plan, merged, writer)
         else:
             out_tables = _reduce_process(plan, merged, writer)
     maybe_crash(plan.crash, "after_chunks", plan.epoch, plan.driver_pid)
     repo = plan.repo()
     outputs: list[str] = []
     output_rows = 0
+    if refs:
+        # The aggregate path's output rows are exactly the changed state rows: the output
+        # object names where they live in this epoch's chunks instead of copying them.
+        payload = json.dumps({"kind": CHUNK_REFS, "refs": refs}, sort_keys=True).encode()
+        outputs.append(repo.put_object("output", payload))
+        writer.bytes_written += len(payload)
+        output_rows = sum(r[2] for r in refs)
     if out_tables:
         out = pa.concat_tables(out_tables, promote_options="permissive")
         output_rows = out.num_rows

@@ -20,8 +20,8 @@ from runners.engine.keygroups import (
     key_group_of,
     key_group_range,
     key_group_ranges,
-    range_bounds,
     operator_index,
+    range_bounds,
 )
 from runners.engine.keys import UnsupportedKeyError, canonical_bytes
 
@@ -90,7 +90,9 @@ def test_canonical_bytes_encoding_is_the_documented_one() -> None:
     assert canonical_bytes(2**64) == b"\xff\x03\x01" + b"\x00" * 8
     assert canonical_bytes(b"x") == b"\xff\x04x"
     assert canonical_bytes(("a", 1)) == (
-        b"\xff\x05\x00\x00\x00\x02" + b"\x00\x00\x00\x01a" + b"\x00\x00\x00\x0a\xff\x02"
+        b"\xff\x05\x00\x00\x00\x02"
+        + b"\x00\x00\x00\x01a"
+        + b"\x00\x00\x00\x0a\xff\x02"
         + (1).to_bytes(8, "big")
     )
     with pytest.raises(UnsupportedKeyError):
@@ -156,7 +158,9 @@ def test_vectorised_tuple_and_int_keys_equal_scalar_path(rows: list[tuple[str, i
 def test_vectorised_hash_on_sliced_and_large_string_arrays() -> None:
     values = [f"k{i}" * (i % 7) for i in range(500)]
     arr = pa.array(values).slice(37, 300)
-    assert key_hashes([arr]).tolist() == [mmh3.hash(v.encode(), 0, signed=False) for v in values[37:337]]
+    assert key_hashes([arr]).tolist() == [
+        mmh3.hash(v.encode(), 0, signed=False) for v in values[37:337]
+    ]
     large = pa.array(values, type=pa.large_string())
     assert key_hashes([large]).tolist() == [mmh3.hash(v.encode(), 0, signed=False) for v in values]
     chunked = pa.chunked_array([values[:100], values[100:]])

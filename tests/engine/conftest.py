@@ -1,0 +1,26 @@
+"""Fixtures of the engine tests: small Parquet epochs and fresh repositories."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from snapshots_store import Repository
+from tests.engine.jobs import write_epochs
+
+_counter = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def epochs_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """6 epochs x 2,000 records over 400 keys (shared, read-only)."""
+    directory = tmp_path_factory.mktemp("epochs") / "in"
+    write_epochs(str(directory), files=6, keys=400, records=2000)
+    return str(directory)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repository:
+    return Repository.open(f"file://{tmp_path}/store", f"app{next(_counter)}")

@@ -1,0 +1,80 @@
+"""Jobs and data used by the engine tests (importable by the job entry point subprocess)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+import pyarrow.parquet as pq
+
+from runners.engine import EpochContext, Job, KeyedState, sources
+from runners.engine import aggregations as agg
+from runners.engine.sources import Generator, write_parquet_file
+
+DATA_ENV = "EPOCHAL_TEST_DATA"
+AGGREGATES = [agg.count(), agg.sum("value"), agg.max("value"), agg.min("value"), agg.last("value")]
+
+
+def write_epochs(directory: str, *, files: int, keys: int, records: int, seed: int = 3) -> None:
+    """`files` Parquet files of `records` uniform records over `keys` keys (one per epoch)."""
+    gen = Generator(keys=keys, records_per_epoch=records, seed=seed)
+    for i in range(files):
+        write_parquet_file(directory, f"part-{i:05d}", gen.block(i))
+
+
+def aggregate_job(directory: str, **overrides: Any) -> Job:
+    options: dict[str, Any] = {
+        "name": "clicks",
+        "source": sources.ParquetDirectory(directory, max_files_per_epoch=1, rows_per_split=700),
+        "key": "key",
+        "aggregate": AGGREGATES,
+        "time_mode": "logical",
+    }
+    options.update(overrides)
+    return Job(**options)
+
+
+def crash_job() -> Job:
+    """The crash-matrix job: its input directory comes from the environment."""
+    return aggregate_job(os.environ[DATA_ENV])
+
+
+def running_total(
+    key: Any, records: list[dict[str, Any]], state: KeyedState, ctx: EpochContext
+) -> Iterable[dict[str, Any]]:
+    """The aggregate job's count/sum/max written as a per-key Python function."""
+    count = state.value("count")
+    total = state.value("sum")
+    high = state.value("max")
+    values = [r["value"] for r in records]
+    count.set(count.get(0) + len(values))
+    total.set(total.get(0) + sum(values))
+    high.set(max([high.get(values[0]), *values]))
+    yield {"key": key, "count": count.get(), "sum_value": total.get(), "max_value": high.get()}
+
+
+def reference_output(directory: str) -> pd.DataFrame:
+    """Running count/sum/max/min/last per key after each file, for keys the file touched."""
+    frames = []
+    seen: pd.DataFrame | None = None
+    files = sorted(f for f in os.listdir(directory) if f.endswith(".parquet"))
+    for epoch, name in enumerate(files, start=1):
+        df = pq.read_table(os.path.join(directory, name)).to_pandas()
+        seen = df if seen is None else pd.concat([seen, df], ignore_index=True)
+        grouped = seen.groupby("key")["value"]
+        ref = pd.DataFrame(
+            {
+                "count": grouped.count(),
+                "sum_value": grouped.sum(),
+                "max_value": grouped.max(),
+                "min_value": grouped.min(),
+                "last_value": grouped.last(),
+            }
+        ).reset_index()
+        ref = ref[ref["key"].isin(set(df["key"]))].copy()
+        ref["_epoch"] = epoch
+        frames.append(ref)
+    out = pd.concat(frames, ignore_index=True)
+    return out.sort_values(["_epoch", "key"]).reset_index(drop=True)
