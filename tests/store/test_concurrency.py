@@ -40,7 +40,7 @@ def _scale(url: str, local: int, s3: int) -> int:
 
 
 def test_racing_writers_exactly_one_wins_each_round(any_url: str) -> None:
-    rounds = _scale(any_url, local=30, s3=20)
+    rounds = _scale(any_url, local=30, s3=15)
     repo = Repository.open(any_url, "app")
     root = repo.commit(manifest(), "main", expected_head=None, reason="root")
     ctx = _spawn()
@@ -74,7 +74,7 @@ def test_racing_writers_exactly_one_wins_each_round(any_url: str) -> None:
 
 
 def test_retrying_writers_lose_no_update(any_url: str) -> None:
-    count = _scale(any_url, local=12, s3=6)
+    count = _scale(any_url, local=10, s3=4)
     ctx = _spawn()
     results = ctx.Queue()
     procs = [

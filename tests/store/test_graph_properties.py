@@ -71,7 +71,7 @@ def _micros(m: Manifest) -> int:
 def histories(draw: st.DrawFn) -> list[tuple[str, ...]]:
     """A list of operations; interpreted against the current branch heads."""
     ops: list[tuple[str, ...]] = [("commit", "main")]
-    for _ in range(draw(st.integers(1, 24))):
+    for _ in range(draw(st.integers(1, 18))):
         kind = draw(st.sampled_from(["commit", "commit", "commit", "fork", "merge", "rollback"]))
         ops.append((kind, draw(st.sampled_from(["main", "b1", "b2", "b3"]))))
     return ops
@@ -145,7 +145,7 @@ def _build(repo: Repository, ops: list[tuple[str, ...]], data: st.DataObject) ->
 
 
 @settings(
-    max_examples=30,
+    max_examples=20,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -194,7 +194,7 @@ def _naive_diff(
 
 
 @settings(
-    max_examples=15,
+    max_examples=12,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
