@@ -147,16 +147,15 @@ def test_cleanup_removes_the_run_and_is_idempotent(launcher, make_spec) -> None:
 def test_engine_entry_point_runs_under_the_local_launcher(make_spec, store_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
     if importlib.util.find_spec("runners.engine.main") is None:
         pytest.skip("runners.engine.main does not exist yet (the engine's job entry point)")
-    job = os.environ.get("EPOCHAL_ENGINE_TEST_JOB", "runners.jobs.wordcount:job")
-    module = job.split(":")[0]
-    if importlib.util.find_spec(module) is None:
-        pytest.skip(f"no example job {job} to run (set EPOCHAL_ENGINE_TEST_JOB=module:attr)")
-    launcher = LocalLauncher(runs_dir=tmp_path / "runs")
-    spec = make_spec(job=job, max_epochs=2, parallelism=1)
+    launcher = LocalLauncher(runs_dir=tmp_path / "runs")  # the real entry point
+    spec = make_spec(job="tests.runners.engine_job:job", max_epochs=2, parallelism=1)
     handle = launcher.start(spec)
     try:
         status = wait_until_finished(launcher, handle, timeout_s=150)
-        assert status.phase is RunPhase.SUCCEEDED, launcher.logs(handle)
-        assert Repository.open(store_url, "orders").read_ref("heads/main") is not None
+        output = launcher.logs(handle, tail_lines=200)
+        assert status.phase is RunPhase.SUCCEEDED, output
+        assert output.count('"event": "committed"') == 2, output
+        head = Repository.open(store_url, "orders").read_ref("heads/main")
+        assert head is not None
     finally:
         launcher.cleanup(handle)

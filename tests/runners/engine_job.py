@@ -1,0 +1,15 @@
+"""A two-epoch engine job for the launcher test that runs `runners.engine.main` for real."""
+
+from __future__ import annotations
+
+from runners.engine import Job
+from runners.engine import aggregations as agg
+from runners.engine.sources import Generator
+
+job = Job(
+    name="launcher-probe",
+    source=Generator(keys=20, records_per_epoch=200, epochs=2, rows_per_split=200),
+    key="key",
+    aggregate=[agg.count(), agg.sum("value")],
+    time_mode="logical",
+)
