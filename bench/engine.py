@@ -575,6 +575,40 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
     return Sizes(**{**base.__dict__, **overrides})
 
 
+def _code_version() -> dict[str, Any]:
+    """The commit measured: git when run in the repository, else $BENCH_GIT_COMMIT (a copy)."""
+    import subprocess
+
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(REPO_ROOT),
+                "status",
+                "--porcelain",
+                "--",
+                "runners",
+                "bench",
+                "snapshots_store",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        return {"git_commit": commit, "engine_tree_dirty": bool(dirty)}
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": os.environ.get("BENCH_GIT_COMMIT"), "engine_tree_dirty": False}
+
+
 def _prepare_environment() -> None:
     """Python workers must run this interpreter (pandas, pyarrow) and import bench/runners."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -629,6 +663,7 @@ def main(argv: list[str] | None = None) -> int:
                 "spark_version": spark.version,
                 "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 "quick": args.quick,
+                **_code_version(),
             },
         )
     finally:
