@@ -146,9 +146,9 @@ class KubernetesLauncher:
     def core(self) -> client.CoreV1Api:
         if self._api_client is None:
             if os.environ.get("KUBERNETES_SERVICE_HOST"):
-                config.load_incluster_config()
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
             else:
-                config.load_kube_config()
+                config.load_kube_config()  # type: ignore[no-untyped-call]
             self._api_client = client.ApiClient()
         return client.CoreV1Api(self._api_client)
 
@@ -377,7 +377,7 @@ class KubernetesLauncher:
     def logs(self, handle: RunHandle, tail_lines: int = 100) -> str:
         pod_name = self._names(handle)[0]
         try:
-            response = self._call(
+            response: Any = self._call(
                 "get",
                 "pods/log",
                 self.core.read_namespaced_pod_log,
@@ -391,7 +391,7 @@ class KubernetesLauncher:
             if exc.status in (400, 404):  # not started yet, or gone
                 return ""
             raise
-        return response.data.decode("utf-8", errors="replace")
+        return str(response.data.decode("utf-8", errors="replace"))
 
 
 def _json(response: Any) -> dict[str, Any]:

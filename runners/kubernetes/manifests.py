@@ -73,7 +73,7 @@ def config_map_name(spec: JobSpec) -> str:
     return f"{run_name(spec)}-spec"
 
 
-def labels(spec: JobSpec, component: str) -> dict[str, str]:
+def run_labels(spec: JobSpec, component: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "epochal-job",
         "app.kubernetes.io/managed-by": "epochal",
@@ -83,7 +83,7 @@ def labels(spec: JobSpec, component: str) -> dict[str, str]:
     }
 
 
-def annotations(spec: JobSpec) -> dict[str, str]:
+def run_annotations(spec: JobSpec) -> dict[str, str]:
     return {
         ANNOTATION_APPLICATION: spec.application,
         ANNOTATION_NAMESPACE: spec.namespace,
@@ -128,7 +128,7 @@ def spark_conf(spec: JobSpec, placement: Placement) -> dict[str, str]:
     )
     if spec.image_pull_secrets:
         conf["spark.kubernetes.container.image.pullSecrets"] = ",".join(spec.image_pull_secrets)
-    for key, value in labels(spec, "spark-executor").items():
+    for key, value in run_labels(spec, "spark-executor").items():
         conf[f"spark.kubernetes.executor.label.{key}"] = value
     for key, value in spec.node_selector.items():
         conf[f"spark.kubernetes.executor.node.selector.{key}"] = value
@@ -209,8 +209,8 @@ def driver_pod(spec: JobSpec, placement: Placement) -> dict[str, Any]:
         "metadata": {
             "name": driver_pod_name(spec),
             "namespace": placement.namespace,
-            "labels": labels(spec, "spark-driver"),
-            "annotations": annotations(spec),
+            "labels": run_labels(spec, "spark-driver"),
+            "annotations": run_annotations(spec),
         },
         "spec": pod_spec,
     }
@@ -234,8 +234,8 @@ def driver_service(spec: JobSpec, placement: Placement, owner: Mapping[str, Any]
         "metadata": {
             "name": service_name(spec),
             "namespace": placement.namespace,
-            "labels": labels(spec, "spark-driver"),
-            "annotations": annotations(spec),
+            "labels": run_labels(spec, "spark-driver"),
+            "annotations": run_annotations(spec),
             "ownerReferences": [owner_reference(owner)],
         },
         "spec": {
@@ -260,8 +260,8 @@ def job_config_map(spec: JobSpec, placement: Placement, owner: Mapping[str, Any]
         "metadata": {
             "name": config_map_name(spec),
             "namespace": placement.namespace,
-            "labels": labels(spec, "spark-driver"),
-            "annotations": annotations(spec),
+            "labels": run_labels(spec, "spark-driver"),
+            "annotations": run_annotations(spec),
             "ownerReferences": [owner_reference(owner)],
         },
         "data": {
