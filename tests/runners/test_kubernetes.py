@@ -395,6 +395,18 @@ def test_starting_the_same_run_again_finds_its_objects(api, launcher, spec) -> N
     assert len(api.requests("POST", f"/api/v1/namespaces/{NS}/pods")) == 2  # second got 409
 
 
+def test_a_start_interrupted_after_the_pod_completes_on_retry(api, launcher, spec) -> None:  # type: ignore[no-untyped-def]
+    launcher.start(spec)
+    core(api).delete_namespaced_service(SVC, NS)  # as if the first start died before it
+    core(api).delete_namespaced_config_map(CM, NS)
+    launcher.start(spec)
+    uid = api.object("pods", NS, POD)["metadata"]["uid"]  # type: ignore[index]
+    for plural, name in (("services", SVC), ("configmaps", CM)):
+        recreated = api.object(plural, NS, name)
+        assert recreated is not None
+        assert recreated["metadata"]["ownerReferences"][0]["uid"] == uid
+
+
 def test_a_foreign_object_with_the_run_name_is_refused(api, launcher, spec) -> None:  # type: ignore[no-untyped-def]
     core(api).create_namespaced_pod(
         NS,
