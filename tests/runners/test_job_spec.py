@@ -77,3 +77,13 @@ def test_runner_env_selects_the_launcher(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("RUNNER", "yarn")
     with pytest.raises(LauncherError, match="local or kubernetes"):
         get_launcher()
+
+
+def test_both_launchers_implement_the_one_protocol(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from runners.kubernetes import KubernetesLauncher
+    from runners.launcher import Launcher
+
+    local = LocalLauncher(runs_dir=tmp_path)
+    kubernetes = KubernetesLauncher(namespace="jobs", image="epochal:1")
+    assert isinstance(local, Launcher) and isinstance(kubernetes, Launcher)
+    assert (local.name, kubernetes.name) == ("local", "kubernetes")
