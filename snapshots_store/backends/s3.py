@@ -63,8 +63,18 @@ class S3Backend:
         self.url = f"s3://{bucket}/{self.prefix}{query}"
         self._endpoint_url = endpoint_url
         self._region = region
-        self._client = client or _shared_client(endpoint_url, region or "us-east-1")
-        self._probe_key = (os.getpid(), endpoint_url, bucket, self.prefix)
+        self._given_client = client
+
+    @property
+    def _client(self) -> Any:
+        """The process's client for this endpoint (re-created after a fork)."""
+        if self._given_client is not None:
+            return self._given_client
+        return _shared_client(self._endpoint_url, self._region or "us-east-1")
+
+    @property
+    def _probe_key(self) -> tuple[int, str | None, str, str]:
+        return (os.getpid(), self._endpoint_url, self.bucket, self.prefix)
 
     def __reduce__(self) -> tuple[Any, tuple[str, str, str | None, str | None]]:
         """Pickle as its configuration (for Spark executors); the client is per process."""
@@ -186,7 +196,7 @@ class S3Backend:
 
     def _require_conditional_writes(self) -> None:
         if self.conditional_writes_ok is None:
-            with _LOCK:
+            with _PROBE_LOCK:
                 if self.conditional_writes_ok is None:
                     _PROBED[self._probe_key] = self._probe()
         if not self.conditional_writes_ok:
@@ -211,7 +221,8 @@ class S3Backend:
             self.delete(key)
 
 
-_LOCK = threading.Lock()
+_CLIENT_LOCK = threading.Lock()
+_PROBE_LOCK = threading.Lock()
 _CLIENTS: dict[tuple[int, str | None, str], Any] = {}
 _PROBED: dict[tuple[int, str | None, str, str], bool] = {}
 
@@ -220,7 +231,7 @@ def _shared_client(endpoint_url: str | None, region: str) -> Any:
     """One boto3 client per process, endpoint and region: clients are thread-safe but
     expensive to create, and must not cross a fork (the key includes the pid)."""
     key = (os.getpid(), endpoint_url, region)
-    with _LOCK:
+    with _CLIENT_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
             client = boto3.client(

@@ -3,6 +3,7 @@ server spoken to over HTTP by boto3 (no patched clients)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -64,6 +65,7 @@ class AtomicMotoServer(ThreadedMotoServer):
 def s3_endpoint() -> Iterator[str]:
     """A moto S3 server on 127.0.0.1 for the whole session; its URL."""
     os.environ.update(S3_ENV)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # one log line per request
     port = _free_port()
     server = AtomicMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()

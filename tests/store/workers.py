@@ -22,10 +22,10 @@ def race_rounds(url: str, worker: int, rounds: int, barrier: Any, results: Any) 
     """Each round every worker tries to move heads/main from the round's head; report wins."""
     repo = Repository.open(url, "app")
     for rnd in range(rounds):
-        barrier.wait()
-        head = repo.read_ref("heads/main")
+        head = repo.read_ref("heads/main")  # every worker reads the same head: see below
         assert head is not None
         m = _next_manifest(repo, head.target, f"round {rnd} worker {worker}")
+        barrier.wait()  # all have read the head and prepared; now race for the CAS
         try:
             new = repo.commit(
                 m, "main", expected_head=head.target, operation_id=f"w{worker}", reason=f"r{rnd}"
@@ -33,7 +33,7 @@ def race_rounds(url: str, worker: int, rounds: int, barrier: Any, results: Any) 
             results.put((rnd, worker, head.target, new))
         except RefConflictError:
             results.put((rnd, worker, head.target, None))
-        barrier.wait()  # everyone has tried before anyone reads the next head
+        barrier.wait()  # everyone has tried before anyone reads the next round's head
 
 
 def retry_commits(url: str, worker: int, count: int, results: Any) -> None:
