@@ -22,7 +22,14 @@ from runners.engine.crash import crash_spec, maybe_crash
 from runners.engine.job import Job
 from runners.engine.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
 from runners.engine.sources import Split, end_offsets
-from runners.engine.tasks import MapShare, ReduceResult, TaskPlan, map_split, reduce_partition
+from runners.engine.tasks import (
+    MapShare,
+    ReduceResult,
+    TaskPlan,
+    map_split,
+    reduce_partition,
+    scan_partition,
+)
 from snapshots_store import Manifest, PrefixedBackend, RefConflictError, Repository
 
 if TYPE_CHECKING:
@@ -76,6 +83,8 @@ class EpochRunner:
         notify: Notify = None,
         poll_interval_s: float = 0.5,
         compaction_ratio: float = 1.0,
+        routing: str = "auto",
+        scan_max_parallelism: int = 2,
     ) -> None:
         check_parallelism(parallelism, max_parallelism)
         self.spark = spark
@@ -88,6 +97,10 @@ class EpochRunner:
         self.notify = notify
         self.poll_interval_s = poll_interval_s
         self.compaction_ratio = compaction_ratio
+        if routing not in ("auto", "scan", "shuffle"):
+            raise ValueError(f"routing must be auto, scan or shuffle, not {routing!r}")
+        self.routing = routing
+        self.scan_max_parallelism = scan_max_parallelism
         self.store_url, self.namespace = _store_location(repo)
         self.crash = crash_spec()
         self.stopped_reason: str | None = None
@@ -231,12 +244,26 @@ class EpochRunner:
         def by_task(task: int) -> int:
             return task
 
-        shares: Any = sc.parallelize(list(enumerate(splits)), len(splits)).flatMap(mapper)
-        routed = shares.partitionBy(p, by_task)
-        results: list[ReduceResult] = routed.mapPartitionsWithIndex(reducer).collect()
+        results: list[ReduceResult]
+        if self._scan(plan):
+
+            def scanner(index: int, _: Any) -> Any:
+                return scan_partition(plan, index, splits)
+
+            results = sc.parallelize(range(p), p).mapPartitionsWithIndex(scanner).collect()
+        else:
+            shares: Any = sc.parallelize(list(enumerate(splits)), len(splits)).flatMap(mapper)
+            routed = shares.partitionBy(p, by_task)
+            results = routed.mapPartitionsWithIndex(reducer).collect()
         if len(results) != p:
             raise EngineError(f"expected {p} reducer reports, got {len(results)}")
         return results
+
+    def _scan(self, plan: TaskPlan) -> bool:
+        """Route by scanning (each task reads the whole epoch) or by a shuffle of partials."""
+        if self.routing == "auto":
+            return plan.parallelism <= self.scan_max_parallelism
+        return self.routing == "scan"
 
     def _notify(self, result: EpochResult) -> None:
         """Best effort: tell the control plane in the background; never wait, never fail."""

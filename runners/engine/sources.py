@@ -95,7 +95,7 @@ class ParquetDirectory:
 
     path: str
     max_files_per_epoch: int = 1
-    rows_per_split: int = 500_000
+    rows_per_split: int = 1 << 20
     columns: Sequence[str] | None = None
     name: str = "files"
     _rows: dict[str, int] = field(default_factory=dict, repr=False, compare=False)

@@ -299,7 +299,9 @@ def _reduce_aggregate(
     return refs
 
 
-def _reduce_process(plan: TaskPlan, records: pa.Table, writer: _Writer) -> list[pa.Table]:
+def _reduce_process(
+    plan: TaskPlan, records: pa.Table, writer: _Writer, task: int
+) -> list[pa.Table]:
     """Per-key path: call the user's function for each key, in first-appearance order."""
     job = plan.job
     assert job.process is not None
@@ -307,7 +309,6 @@ def _reduce_process(plan: TaskPlan, records: pa.Table, writer: _Writer) -> list[
     table, slices = _kg_slices(records)
     rows = table.to_pylist()
     out_rows: list[dict[str, Any]] = []
-    task = _task_index(plan, slices)
     state_schema = None
     for kg, start, length in slices:
         part = table.slice(start, length)
@@ -369,37 +370,75 @@ def _reduce_process(plan: TaskPlan, records: pa.Table, writer: _Writer) -> list[
     return [pa.Table.from_pylist(out_rows)]
 
 
-def _task_index(plan: TaskPlan, slices: list[tuple[int, int, int]]) -> int:
-    if not slices:
-        return 0
-    return slices[0][0] * plan.parallelism // plan.max_parallelism
-
-
 def reduce_partition(
     plan: TaskPlan, task: int, shares: Iterable[tuple[int, MapShare]]
 ) -> Iterator[ReduceResult]:
     """Merge this task's partials with its key groups' state at the parent; write chunks and
     outputs; report the new chains. Runs once per task (key-group range)."""
     started = time.perf_counter()
-    job = plan.job
     received = sorted((s for _, s in shares), key=lambda s: s.split_index)
     tables = [chunks.decode_table(s.payload) for s in received]
     tables = [t for t in tables if t.num_rows]
+    merged = None
+    if tables:
+        merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        if plan.job.aggregate is not None and len(tables) > 1:
+            merged = _combine(plan.job, merged)
     records_in = sum(s.records_in for s in received)
     dead: list[DeadLetter] = [d for s in received for d in s.dead_letters]
+    map_s = max((s.map_s for s in received), default=0.0)
+    yield _reduce(plan, task, merged, records_in, dead, started, map_s)
+
+
+def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterator[ReduceResult]:
+    """One-stage variant without a shuffle: the task reads every split of the epoch and keeps
+    the records of its own key groups (cheaper than a shuffle when p is small)."""
+    started = time.perf_counter()
+    job = plan.job
+    tables: list[pa.Table] = []
+    records_in = 0
+    dead: list[DeadLetter] = []
+    for index, split in enumerate(splits):
+        data = job.source.read(split)
+        table, bad = _valid_rows(data.table, job.key_columns, split)
+        if index % plan.parallelism == task:
+            records_in += data.table.num_rows + len(data.dead_letters)
+            dead.extend(data.dead_letters + bad)
+        if job.aggregate is not None:
+            table = table.select(job.input_columns)
+        groups = key_groups([table.column(c) for c in job.key_columns], plan.max_parallelism)
+        mine = owners(groups, plan.parallelism, plan.max_parallelism) == task
+        table = table.append_column(KG, pa.array(groups, type=pa.int32())).filter(pa.array(mine))
+        tables.append(table)
+    merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0] if tables else None
+    if merged is not None and merged.num_rows == 0:
+        merged = None
+    if merged is not None and job.aggregate is not None:
+        merged = _partial(job, merged)
+    map_s = time.perf_counter() - started
+    yield _reduce(plan, task, merged, records_in, dead, started, map_s)
+
+
+def _reduce(
+    plan: TaskPlan,
+    task: int,
+    merged: pa.Table | None,
+    records_in: int,
+    dead: list[DeadLetter],
+    started: float,
+    map_s: float,
+) -> ReduceResult:
+    job = plan.job
     maybe_crash(plan.crash, "before_chunks", plan.epoch, plan.driver_pid)
     hits0, misses0 = chunks.stats["hits"], chunks.stats["misses"]
     writer = _Writer(plan)
     out_tables: list[pa.Table] = []
     refs: list[tuple[str, int, int]] = []
-    if tables:
-        merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    if merged is not None:
         if job.aggregate is not None:
-            if len(tables) > 1:
-                merged = _combine(job, merged)
             refs = _reduce_aggregate(plan, merged, writer)
         else:
-            out_tables = _reduce_process(plan, merged, writer)
+            out_tables = _reduce_process(plan, merged, writer, task)
     maybe_crash(plan.crash, "after_chunks", plan.epoch, plan.driver_pid)
     repo = plan.repo()
     outputs: list[str] = []
@@ -423,7 +462,7 @@ def reduce_partition(
         outputs.append(repo.put_object("output", payload))
         writer.bytes_written += len(payload)
     maybe_crash(plan.crash, "after_outputs", plan.epoch, plan.driver_pid)
-    yield ReduceResult(
+    return ReduceResult(
         task=task,
         key_groups=writer.chains,
         outputs=outputs,
@@ -435,7 +474,7 @@ def reduce_partition(
         chunks_written=writer.chunks_written,
         cache_hits=chunks.stats["hits"] - hits0,
         cache_misses=chunks.stats["misses"] - misses0,
-        map_s=max((s.map_s for s in received), default=0.0),
+        map_s=map_s,
         reduce_s=time.perf_counter() - started,
     )
 
