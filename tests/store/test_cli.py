@@ -107,11 +107,11 @@ def test_json_output(store_url: str, history: list[str]) -> None:
 
 def test_gc_dry_run_then_gc(store_url: str, repo: Repository, history: list[str]) -> None:
     junk = repo.put_object("blob", b"x" * 5000)
-    out = run(store_url, "--json", "gc", "--dry-run", "--grace", "0", "--retention", "0")
+    out = run(store_url, "--json", "gc", "--dry-run", "--grace", "1h", "--retention", "0")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
     assert report["dry_run"] is True
-    assert report["removed"] == [] and report["kept_young"] == 1  # younger than 1 s resolution
+    assert report["removed"] == [] and report["kept_young"] == 1  # younger than the grace
     import time
 
     time.sleep(1.1)
