@@ -29,7 +29,8 @@ def encode_table(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    payload: bytes = sink.getvalue().to_pybytes()
+    return payload
 
 
 def decode_table(payload: bytes) -> pa.Table:
@@ -115,7 +116,9 @@ def load_key_group(
     cached = cache_get(chain)
     if cached is not None:
         return cached
-    start, table, sizes = 0, None, ()
+    start: int = 0
+    table: pa.Table | None = None
+    sizes: tuple[int, ...] = ()
     for cut in range(len(chain) - 1, 0, -1):
         prefix = cache_get(chain[:cut])
         if prefix is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -41,7 +42,7 @@ class VarBinary:
 
 
 def _rotl(x: Hashes, r: int) -> Hashes:
-    return (x << U32(r)) | (x >> U32(32 - r))  # type: ignore[no-any-return]
+    return (x << U32(r)) | (x >> U32(32 - r))
 
 
 def _gather_u32(data: Bytes, pos: Offsets) -> Hashes:
@@ -60,7 +61,7 @@ def _block(h: Hashes, k: Hashes) -> Hashes:
     k *= _C2
     h = h ^ k
     h = _rotl(h, 13)
-    return h * U32(5) + _N  # type: ignore[no-any-return]
+    return h * U32(5) + _N
 
 
 def murmur3_32(values: VarBinary, seed: int = 0) -> Hashes:
@@ -126,7 +127,7 @@ def _fixed(prefix: bytes, body: npt.NDArray[np.uint8]) -> VarBinary:
 def _binary_buffers(array: pa.Array) -> VarBinary:
     """Offsets and data of a (large_)string/binary array without copying the data."""
     if pa.types.is_large_string(array.type) or pa.types.is_large_binary(array.type):
-        off_type: type[np.integer] = np.int64  # type: ignore[type-arg]
+        off_type: type[np.integer[Any]] = np.int64
     else:
         off_type = np.int32
     buffers = array.buffers()

@@ -80,7 +80,9 @@ def key_group_of(key: object, max_parallelism: int) -> int:
 
 
 def key_group_range(task: int, parallelism: int, max_parallelism: int) -> KeyGroupRange:
-    """Key groups owned by `task` (0-based) at parallelism p: ceil(i*M/p) .. floor(((i+1)*M-1)/p)."""
+    """Key groups owned by `task` (0-based) at parallelism p.
+
+    ``ceil(i*M/p) .. floor(((i+1)*M-1)/p)``."""
     check_parallelism(parallelism, max_parallelism)
     if not 0 <= task < parallelism:
         raise KeyGroupError(f"task {task} is outside 0..{parallelism - 1}")

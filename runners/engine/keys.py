@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
-Key: TypeAlias = "str | int | bytes | bool | None | tuple[Key, ...]"
+Key: TypeAlias = "str | int | bytes | bool | tuple[Key, ...] | None"
 
 TAG: bytes = b"\xff"
 TAG_NONE = TAG + b"\x00"

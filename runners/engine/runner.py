@@ -155,7 +155,9 @@ class EpochRunner:
             epoch=epoch,
             parallelism=p,
             max_parallelism=m,
-            key_groups={} if parent is None else dict(parent.key_groups),
+            key_groups={}
+            if parent is None
+            else {kg: tuple(chain) for kg, chain in parent.key_groups.items()},
             processing_time_ms=now_ms,
             crash=self.crash,
             driver_pid=os.getpid(),

@@ -7,10 +7,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from snapshots_store import Repository
-
 from runners.engine import EpochRunner, Job, read_output
 from runners.engine.session import build_spark_session
+from snapshots_store import Repository
 
 
 def run_example(

@@ -3,6 +3,7 @@ commit protocol (EPOCHAL_CRASH_AT) or at random moments, restart it, and report 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -60,10 +61,8 @@ def run_job(
     )  # fmt: skip
 
     def kill_group() -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     watchdog = threading.Timer(timeout, kill_group)
     watchdog.start()
