@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench import checksum as ck
 from bench.datagen import EpochSet
-from bench.timing import PeakRss, VariantResult, log, percentile, tree_rss_mb
+from bench.timing import PeakRss, VariantResult, log, percentile, tree_cpu_s, tree_rss_mb
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -373,8 +373,9 @@ class Bench:
         for variant in variants:
             if variant not in self.variants:
                 continue
-            t1 = time.perf_counter()
+            t1, c1 = time.perf_counter(), tree_cpu_s()
             result = self.run_variant(variant, data, f"{label}-{variant}")
+            result.cpu_s = tree_cpu_s() - c1
             if warm:
                 log(f"warm {variant}: {time.perf_counter() - t1:.1f} s")
             else:
@@ -426,9 +427,11 @@ class Bench:
             incremental=True,
         )
         expected = ck.reference_running(data)
+        c0 = tree_cpu_s()
         result = self.run_variant(
             "engine", data, "inc", name="engine_incremental", measure_store=True
         )
+        result.cpu_s = tree_cpu_s() - c0
         self.results[result.name] = result
         log(result.summary())
         self.check(result, expected, "reference")
@@ -500,6 +503,12 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
         },
         "steady_seconds_per_epoch": {name: round(v.steady_epoch_s, 3) for name, v in r.items()},
         "variant_seconds": {name: round(v.seconds, 3) for name, v in r.items()},
+        # CPU seconds of the whole process tree (driver + JVM + Python workers) per variant,
+        # and records per CPU second: far less sensitive to other load than wall-clock rates.
+        "variant_cpu_seconds": {name: round(v.cpu_s, 2) for name, v in r.items()},
+        "records_per_cpu_s": {
+            name: round(v.records / v.cpu_s, 1) if v.cpu_s else None for name, v in r.items()
+        },
         "checksums_match": not bench.problems,
         "checksum_problems": bench.problems[:20],
     }

@@ -27,6 +27,7 @@ class VariantResult:
     epoch_seconds: list[float] = field(default_factory=list)
     checksums: list[Checksum] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    cpu_s: float = 0.0  # CPU seconds of the whole process tree while the variant ran
 
     @property
     def rps(self) -> float:
@@ -42,7 +43,7 @@ class VariantResult:
         per = ", ".join(f"{s:.2f}" for s in self.epoch_seconds)
         return (
             f"{self.name}: {self.records:,} records in {self.seconds:.2f} s = {self.rps:,.0f} "
-            f"records/s; s/epoch [{per}]"
+            f"records/s ({self.cpu_s:.1f} CPU s); s/epoch [{per}]"
         )
 
 
@@ -92,6 +93,37 @@ def tree_rss_mb(root: int | None = None) -> float:
         total += _rss_kib(pid)
         stack.extend(children.get(pid, ()))
     return total / 1024
+
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime + cutime + cstime of one process (reaped children included)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return 0
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    # After "pid (comm) ": state=0 ppid=1 ... utime=11 stime=12 cutime=13 cstime=14
+    return sum(int(x) for x in fields[11:15])
+
+
+def tree_cpu_s(root: int | None = None) -> float:
+    """CPU seconds used so far by a process and its descendants (driver, JVM, Python workers).
+
+    Much less sensitive than wall time to other work on the machine: the bench reports it per
+    variant next to the wall-clock rates.
+    """
+    root = os.getpid() if root is None else root
+    children = _children_map()
+    total, stack = 0, [root]
+    while stack:
+        pid = stack.pop()
+        total += _cpu_ticks(pid)
+        stack.extend(children.get(pid, ()))
+    return total / _CLK_TCK
 
 
 class PeakRss:
