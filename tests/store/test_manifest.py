@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from snapshots_store import MalformedManifestError, Manifest, Repository
@@ -196,7 +196,7 @@ def manifests(draw: st.DrawFn) -> Manifest:
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(m=manifests())
 def test_any_valid_manifest_round_trips_canonically(m: Manifest) -> None:
     data = m.to_bytes()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import zstandard
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from snapshots_store import CorruptObjectError, InvalidNameError, ObjectNotFoundError, Repository
@@ -109,7 +109,7 @@ def test_rewriting_an_old_object_refreshes_its_mtime(repo: Repository, local_roo
     assert repo.get_object(oid) == b"reused"
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     kind=st.sampled_from(["chunk", "output", "manifest", "blob"]),
     payload=st.binary(max_size=5000),
@@ -123,7 +123,7 @@ def test_any_payload_decodes_to_itself_whatever_the_compression_level(
     assert decode(oid, encode(kind, payload, level=1)) == (kind, payload)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(payload=st.binary(min_size=1, max_size=2000), data=st.data())
 def test_a_flipped_bit_never_yields_wrong_bytes(payload: bytes, data: st.DataObject) -> None:
     oid = object_id("chunk", payload)
