@@ -465,7 +465,11 @@ def main(argv: list[str] | None = None) -> int:
         "samples": args.samples,
         "page_size": 100,
     }
+    # Context, not a verdict: latency tails follow how busy the machine is.
+    results["cpus"] = os.cpu_count()
+    results["loadavg_1m_before"] = round(os.getloadavg()[0], 2)
     results.update(measure(facts, samples=args.samples, seed=args.seed))
+    results["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
     if not args.keep:
         _drop_application(BENCH_APPLICATION)
     reindex_branches = max(1, args.branches * args.reindex_snapshots // max(1, args.snapshots))

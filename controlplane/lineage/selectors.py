@@ -19,8 +19,9 @@ import heapq
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import Any
 
 from django.db import connection
@@ -56,7 +57,11 @@ _SUMMARY_COLUMNS = (
 
 @dataclass(frozen=True)
 class SnapshotSummary:
-    """What a history listing shows of one snapshot (the full row is `snapshot_get`)."""
+    """What a history listing shows of one snapshot (the full row is `snapshot_get`).
+
+    `offsets`, `stats` and `provenance` are decoded from their JSON on first access: a log
+    page rarely shows them all, and decoding hundreds of them is most of a page's CPU.
+    """
 
     snapshot_id: str
     branch: str
@@ -70,9 +75,21 @@ class SnapshotSummary:
     created_at: datetime
     generation: int
     parent_ids: tuple[str, ...]
-    offsets: dict[str, dict[str, int]]
-    stats: dict[str, int | float]
-    provenance: dict[str, str]
+    offsets_json: Any = field(repr=False, compare=False)
+    stats_json: Any = field(repr=False, compare=False)
+    provenance_json: Any = field(repr=False, compare=False)
+
+    @cached_property
+    def offsets(self) -> dict[str, dict[str, int]]:
+        return _json(self.offsets_json)  # type: ignore[no-any-return]
+
+    @cached_property
+    def stats(self) -> dict[str, int | float]:
+        return _json(self.stats_json)  # type: ignore[no-any-return]
+
+    @cached_property
+    def provenance(self) -> dict[str, str]:
+        return _json(self.provenance_json)  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -573,7 +590,6 @@ def _summaries(sql: str, params: Sequence[Any]) -> list[tuple[int, SnapshotSumma
 
 def _summary(row: Sequence[Any]) -> SnapshotSummary:
     (_, sid, branch, epoch, kind, p, m, code, config, op, created, gen, parents, *maps) = row[:16]
-    offsets, stats, provenance = (_json(value) for value in maps)
     return SnapshotSummary(
         snapshot_id=sid,
         branch=branch,
@@ -587,9 +603,9 @@ def _summary(row: Sequence[Any]) -> SnapshotSummary:
         created_at=_datetime(created),
         generation=gen,
         parent_ids=tuple(_json(parents)),
-        offsets=offsets,
-        stats=stats,
-        provenance=provenance,
+        offsets_json=maps[0],
+        stats_json=maps[1],
+        provenance_json=maps[2],
     )
 
 

@@ -68,7 +68,17 @@ def check_selectors_against_oracle(steps: list[Step], seed: int) -> None:
             assert ancestors == oracle.topo(sid)
             full = page_all(partial(selectors.snapshot_log, application=app, rev=sid), limit)
             assert [s.snapshot_id for s in full] == oracle.topo(sid)
-            assert all(s.parent_ids == lineage.parents(s.snapshot_id) for s in full)
+            for summary in full:
+                manifest = lineage.manifests[summary.snapshot_id]
+                assert summary.parent_ids == manifest.parents
+                assert (summary.epoch, summary.kind, summary.branch) == (
+                    manifest.epoch,
+                    manifest.kind,
+                    manifest.branch,
+                )
+                assert summary.offsets == manifest.offsets
+                assert summary.stats == manifest.stats
+                assert summary.provenance == manifest.provenance
             first = page_all(
                 partial(selectors.snapshot_log, application=app, rev=sid, first_parent=True), limit
             )
