@@ -11,8 +11,6 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-import pytest
-
 from snapshots_store import GcReport, Repository
 from snapshots_store.objects import id_from_key
 
@@ -123,16 +121,3 @@ def test_leftover_temp_files_are_partial_writes_gc_removes(
     assert [(i.key, i.reason) for i in report.removed] == [(TEMP_KEY, "partial write")]
     assert not debris.exists()
     assert [sid for sid, _ in repo.log("main")] == ids[::-1]
-
-
-@pytest.mark.parametrize("seed", [1, 2])
-def test_ref_never_points_at_partial_object_under_repeated_kills(store_url: str, seed: int) -> None:
-    rng = random.Random(seed)
-    for _ in range(5):
-        writer = _writer("commit-forever", store_url, "50000")
-        _first_commit(writer)
-        time.sleep(rng.uniform(0.0, 0.1))
-        writer.kill()
-        writer.communicate(timeout=30)
-        _assert_head_is_sound(Repository.open(store_url, "app"))
-    assert Repository.open(store_url, "app").fsck().ok

@@ -150,7 +150,7 @@ def _build(repo: Repository, ops: list[tuple[str, ...]], data: st.DataObject) ->
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(ops=histories(), data=st.data())
-def test_graph_walks_match_the_oracle(
+def test_graph_walks_and_diff_match_the_oracle(
     tmp_path: Path, ops: list[tuple[str, ...]], data: st.DataObject
 ) -> None:
     repo = Repository.open((tmp_path / uuid.uuid4().hex).as_uri(), "app")
@@ -171,6 +171,7 @@ def test_graph_walks_match_the_oracle(
         expected = oracle.merge_bases(a, b)
         assert repo.merge_base(a, b) == (expected[0] if expected else None)
         assert repo.merge_base(a, b) == repo.merge_base(b, a)
+        _check_diff(repo, oracle, a, b)
 
 
 def _naive_diff(
@@ -193,32 +194,18 @@ def _naive_diff(
     return added, changed, removed, offsets
 
 
-@settings(
-    max_examples=12,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
-@given(ops=histories(), data=st.data())
-def test_diff_matches_the_oracle(
-    tmp_path: Path, ops: list[tuple[str, ...]], data: st.DataObject
-) -> None:
-    repo = Repository.open((tmp_path / uuid.uuid4().hex).as_uri(), "app")
-    oracle = _build(repo, ops, data)
-    ids = sorted(oracle.manifests)
-    for _ in range(4):
-        a = data.draw(st.sampled_from(ids), label="a")
-        b = data.draw(st.sampled_from(ids), label="b")
-        d = repo.diff(a, b)
-        added, changed, removed, offsets = _naive_diff(oracle.manifests[a], oracle.manifests[b])
-        assert {c.key_group for c in d.added} == added
-        assert {c.key_group for c in d.changed} == changed
-        assert {c.key_group for c in d.removed} == removed
-        assert {(o.source, o.partition): o.advanced for o in d.offsets} == offsets
-        for change in (*d.added, *d.changed, *d.removed):
-            for chunks, size in (
-                (change.old_chunks, change.old_size),
-                (change.new_chunks, change.new_size),
-            ):
-                infos = [repo.objects.stat(c) for c in chunks]
-                assert size == sum(info.size for info in infos if info is not None)
-        assert repo.diff(a, a).empty
+def _check_diff(repo: Repository, oracle: Oracle, a: str, b: str) -> None:
+    d = repo.diff(a, b)
+    added, changed, removed, offsets = _naive_diff(oracle.manifests[a], oracle.manifests[b])
+    assert {c.key_group for c in d.added} == added
+    assert {c.key_group for c in d.changed} == changed
+    assert {c.key_group for c in d.removed} == removed
+    assert {(o.source, o.partition): o.advanced for o in d.offsets} == offsets
+    for change in (*d.added, *d.changed, *d.removed):
+        for chunks, size in (
+            (change.old_chunks, change.old_size),
+            (change.new_chunks, change.new_size),
+        ):
+            infos = [repo.objects.stat(c) for c in chunks]
+            assert size == sum(info.size for info in infos if info is not None)
+    assert repo.diff(a, a).empty
