@@ -8,6 +8,11 @@ process, keyed by the chain of chunk ids, is always valid.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -22,6 +27,10 @@ from snapshots_store import Repository
 
 DELETED = "_deleted"
 CACHE_BYTES = 2 * 1024**3
+#: Materialised chains are also written as Arrow files under this directory (machine-local),
+#: so a task that lands on another Python worker still finds its key groups.
+DISK_CACHE_ENV = "EPOCHAL_STATE_CACHE_DIR"
+DISK_CACHE_BYTES = int(os.environ.get("EPOCHAL_STATE_CACHE_DISK_MB", "4096")) * 1024**2
 
 
 def encode_table(table: pa.Table) -> bytes:
@@ -77,9 +86,81 @@ _lock = threading.Lock()
 stats = {"hits": 0, "misses": 0}
 
 
-def cache_put(entry: KeyGroupState) -> None:
-    """Remember a materialised chain in this worker (LRU bounded by bytes)."""
+def _disk_dir() -> str:
+    return os.environ.get(DISK_CACHE_ENV) or os.path.join(
+        tempfile.gettempdir(), f"epochal-state-cache-{os.getuid()}"
+    )
+
+
+def _disk_path(chain: tuple[str, ...]) -> str:
+    digest = hashlib.sha256("\n".join(chain).encode()).hexdigest()
+    return os.path.join(_disk_dir(), digest[:2], digest + ".arrow")
+
+
+_disk_puts = 0
+
+
+def _disk_put(entry: KeyGroupState) -> None:
+    """Write a materialised chain as an uncompressed Arrow file for the other workers of this
+    machine (best effort: a full or read-only disk only costs a cache miss)."""
+    global _disk_puts
+    if DISK_CACHE_BYTES <= 0 or not entry.chain:
+        return
+    path = _disk_path(entry.chain)
+    if os.path.exists(path):
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        meta = {b"epochal.sizes": json.dumps(list(entry.sizes)).encode()}
+        table = entry.table.replace_schema_metadata(meta)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        os.replace(tmp, path)
+        _disk_puts += 1
+        if _disk_puts % 256 == 0:
+            _disk_evict()
+    except OSError:
+        pass
+
+
+def _disk_get(chain: tuple[str, ...]) -> KeyGroupState | None:
+    if DISK_CACHE_BYTES <= 0:
+        return None
+    try:
+        source = pa.memory_map(_disk_path(chain), "r")
+        table = pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowInvalid):
+        return None
+    sizes = tuple(json.loads((table.schema.metadata or {})[b"epochal.sizes"]))
+    return KeyGroupState(chain, table.replace_schema_metadata(None), sizes)
+
+
+def _disk_evict() -> None:
+    """Delete the least recently written files above the disk budget."""
+    files = []
+    for root, _, names in os.walk(_disk_dir()):
+        for name in names:
+            full = os.path.join(root, name)
+            try:
+                st = os.stat(full)
+            except OSError:
+                continue
+            files.append((st.st_mtime, st.st_size, full))
+    total = sum(f[1] for f in files)
+    for _, size, full in sorted(files):
+        if total <= DISK_CACHE_BYTES:
+            break
+        with contextlib.suppress(OSError):
+            os.remove(full)
+        total -= size
+
+
+def cache_put(entry: KeyGroupState, *, disk: bool = True) -> None:
+    """Remember a materialised chain in this worker (LRU bounded by bytes) and on local disk."""
     global _cache_bytes
+    if disk:
+        _disk_put(entry)
     with _lock:
         if entry.chain in _cache:
             return
@@ -96,9 +177,13 @@ def cache_get(chain: tuple[str, ...]) -> KeyGroupState | None:
         if entry is not None:
             _cache.move_to_end(chain)
             stats["hits"] += 1
-        else:
-            stats["misses"] += 1
-        return entry
+            return entry
+    entry = _disk_get(chain)
+    with _lock:
+        stats["hits" if entry is not None else "misses"] += 1
+    if entry is not None:
+        cache_put(entry, disk=False)
+    return entry
 
 
 def cache_clear() -> None:
@@ -109,17 +194,23 @@ def cache_clear() -> None:
 
 
 def load_key_group(
-    repo: Repository, chain: Sequence[str], key_columns: Sequence[str], schema: pa.Schema | None
+    repo: Repository,
+    chain: Sequence[str],
+    key_columns: Sequence[str],
+    schema: pa.Schema | None = None,
+    *,
+    use_cache: bool = True,
 ) -> KeyGroupState:
-    """Materialised state of a chunk chain: from the cache, else from the longest cached prefix."""
+    """Materialised state of a chunk chain: from the cache, else from the longest cached prefix
+    (``use_cache=False`` reads every chunk from the store, for verification)."""
     chain = tuple(chain)
-    cached = cache_get(chain)
+    cached = cache_get(chain) if use_cache else None
     if cached is not None:
         return cached
     start: int = 0
     table: pa.Table | None = None
     sizes: tuple[int, ...] = ()
-    for cut in range(len(chain) - 1, 0, -1):
+    for cut in range(len(chain) - 1 if use_cache else 0, 0, -1):
         prefix = cache_get(chain[:cut])
         if prefix is not None:
             start, table, sizes = cut, prefix.table, prefix.sizes
@@ -135,7 +226,8 @@ def load_key_group(
             table = apply_delta(table, chunk, key_columns)
     assert table is not None
     entry = KeyGroupState(chain, table, tuple(size_list))
-    cache_put(entry)
+    if use_cache:
+        cache_put(entry)
     return entry
 
 

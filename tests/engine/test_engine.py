@@ -30,7 +30,7 @@ def _state(repo: Repository, rev: str, keys: tuple[str, ...] = ("key",)) -> pd.D
     manifest = repo.read_manifest(repo.resolve(rev))
     frames = []
     for kg, chain in manifest.key_groups.items():
-        table = load_key_group(repo, chain, keys, None).table
+        table = load_key_group(repo, chain, keys, use_cache=False).table
         assert {
             key_group_of(k, manifest.max_parallelism) for k in table.column("key").to_pylist()
         } <= {kg}
