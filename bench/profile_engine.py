@@ -1,20 +1,20 @@
 """Where one engine epoch spends its time: ``python -m bench.profile_engine [--keys N ...]``.
 
-Runs the engine's own task functions (`runners.engine.tasks.map_split` /
-`reduce_partition`) in this process, without Spark, over the benchmark's generated epochs, the
-way the runner plans them (same `TaskPlan`, same store, same key groups). For one steady epoch
-(state already holding the keys) it reports:
+Runs the engine's own task functions (`runners.engine.tasks.scan_partition`, or
+`map_split` + `reduce_partition` for the shuffle routing) in this process, without Spark,
+over the benchmark's generated epochs, planned the way the runner plans them (same `TaskPlan`,
+same store, same key groups). For the last epoch (state already holding the keys) it prints:
 
-- wall time of each map task (one per split) and each reduce task (one per key-group range),
-  with the executor-local chunk cache warm (the previous epoch ran in this process);
-- the cost of a cache miss: materialising every parent key group from the store (what a task
-  pays when Spark schedules it on a Python worker that did not own that range last epoch);
-- a cProfile of the map and of the (warm) reduce tasks: top functions by cumulative time.
+- each task's time split into read+route+partial aggregate and merge+write (the tasks run one
+  after the other here; Spark runs them in parallel on two cores);
+- what reloading the parent state costs when the worker's memory cache misses: from the
+  machine's disk cache, and from the store alone;
+- the first half of a task step by step (read, hash, filter, partial aggregate);
+- a cProfile of the epoch's tasks: top functions by cumulative time.
 
-Then a stage breakdown of the map task done by hand (read, hash, partial aggregate, route,
-encode). Spark's own share (scheduling, pickling shares through the Python shuffle) is what the
-runner's ``process_s`` adds on top of ``map_s + reduce_s``; bench.engine reports both.
-Output: text on stdout.
+What Spark adds on top (scheduling, serialising the closure and the task reports) is the
+difference between the runner's ``process_s`` and its ``map_s + reduce_s``, which
+bench.engine reports per epoch. Output: text on stdout.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 
@@ -49,38 +48,56 @@ def _plan(job: Any, store_url: str, namespace: str, epoch: int, key_groups: dict
     )
 
 
-def _run_epoch(plan: Any, splits: list, profile: cProfile.Profile | None = None) -> dict:
-    """Map every split, route shares, reduce every task; returns timings and new key groups."""
-    from runners.engine.tasks import map_split, reduce_partition
+def _run_epoch(
+    plan: Any, splits: list, profile: cProfile.Profile | None = None, *, scan: bool = True
+) -> dict:
+    """Run every task of one epoch in this process, the way the runner routes it.
 
-    timings: dict[str, Any] = {"map_s": [], "reduce_s": []}
-    shares: dict[int, list] = defaultdict(list)
-    for index, split in enumerate(splits):
-        t0 = time.perf_counter()
-        if profile:
-            profile.enable()
-        produced = list(map_split(plan, index, split))
-        if profile:
-            profile.disable()
-        timings["map_s"].append(time.perf_counter() - t0)
-        for task, share in produced:
-            shares[task].append((task, share))
-    timings["share_bytes"] = sum(len(s.payload) for v in shares.values() for _, s in v)
+    ``scan`` (the runner's choice for p <= 2): each task reads every split and keeps its own
+    key groups, one stage. Otherwise: map tasks (one per split), shares routed, reduce tasks.
+    Returns timings and the new key groups.
+    """
+    from runners.engine import tasks
+
+    timings: dict[str, Any] = {"map_s": [], "reduce_s": [], "task_s": [], "bytes_written": 0}
     key_groups = dict(plan.key_groups)
-    for task in range(plan.parallelism):
+
+    def run(fn: Any, *a: Any) -> list:
         t0 = time.perf_counter()
         if profile:
             profile.enable()
-        (result,) = list(reduce_partition(plan, task, shares[task]))
+        out = list(fn(*a))
         if profile:
             profile.disable()
-        timings["reduce_s"].append(time.perf_counter() - t0)
-        key_groups.update(result.key_groups)
-        timings.setdefault("bytes_written", 0)
-        timings["bytes_written"] += result.bytes_written
+        timings["task_s"].append(time.perf_counter() - t0)
+        return out
+
+    if scan and hasattr(tasks, "scan_partition"):
+        timings["routing"] = "scan"
+        for task in range(plan.parallelism):
+            (result,) = run(tasks.scan_partition, plan, task, splits)
+            timings["map_s"].append(result.map_s)
+            timings["reduce_s"].append(result.reduce_s - result.map_s)
+            key_groups.update(result.key_groups)
+            timings["bytes_written"] += result.bytes_written
+    else:
+        timings["routing"] = "shuffle"
+        shares: dict[int, list] = defaultdict(list)
+        for index, split in enumerate(splits):
+            for task, share in run(tasks.map_split, plan, index, split):
+                shares[task].append((task, share))
+        timings["map_s"] = list(timings["task_s"])
+        for task in range(plan.parallelism):
+            (result,) = run(tasks.reduce_partition, plan, task, shares[task])
+            timings["reduce_s"].append(timings["task_s"][-1])
+            key_groups.update(result.key_groups)
+            timings["bytes_written"] += result.bytes_written
     timings["key_groups"] = key_groups
-    timings["shares"] = shares
     return timings
+
+
+def _r(values: list[float]) -> list[float]:
+    return [round(v, 2) for v in values]
 
 
 def _top(profile: cProfile.Profile, n: int) -> str:
@@ -91,11 +108,8 @@ def _top(profile: cProfile.Profile, n: int) -> str:
     return text[text.find("   ncalls") :] if "   ncalls" in text else text
 
 
-def _map_stages(job: Any, split: Any) -> list[tuple[str, float]]:
-    """The map task's steps one by one (mirrors runners.engine.tasks.map_split)."""
-    import pyarrow.compute as pc
-
-    from runners.engine import chunks
+def _map_stages(job: Any, splits: list, task: int, p: int) -> list[tuple[str, float]]:
+    """The first half of a scan task, step by step (mirrors tasks.scan_partition)."""
     from runners.engine.hashing import key_groups, owners
     from runners.engine.tasks import KG, _partial, _valid_rows
 
@@ -108,24 +122,22 @@ def _map_stages(job: Any, split: Any) -> list[tuple[str, float]]:
         steps.append((name, now - t))
         t = now
 
-    data = job.source.read(split)
-    lap("read Parquet split (whole row group, then slice)")
-    table, _ = _valid_rows(data.table, job.key_columns, split)
-    table = table.select(job.input_columns)
-    lap("null-key check, select columns")
-    groups = key_groups([table.column(c) for c in job.key_columns], 128)
-    lap("murmur3 key groups (numpy)")
-    table = table.append_column(KG, pa.array(groups, type=pa.int32()))
-    table = _partial(job, table)
-    lap("partial aggregate (pyarrow group_by)")
-    groups = table.column(KG).to_numpy()
-    owner = owners(np.asarray(groups), 2, 128)
-    order = np.argsort(owner, kind="stable")
-    table = table.take(pa.array(order))
-    lap("route: owner, argsort, take")
-    chunks.encode_table(table)
-    lap("encode shares (Arrow IPC)")
-    del pc
+    tables = []
+    for split in splits:
+        data = job.source.read(split)
+        lap("read the epoch's Parquet (every task reads all of it)")
+        table, _ = _valid_rows(data.table, job.key_columns, split)
+        table = table.select(job.input_columns)
+        lap("null-key check, select columns")
+        groups = key_groups([table.column(c) for c in job.key_columns], 128)
+        lap("murmur3 key group of every record (numpy)")
+        mine = owners(groups, p, 128) == task
+        table = table.append_column(KG, pa.array(groups, type=pa.int32())).filter(pa.array(mine))
+        lap("keep this task's key groups (filter)")
+        tables.append(table)
+    merged = pa.concat_tables(tables)
+    _partial(job, merged)
+    lap("per-key partial aggregate of this task's records (pyarrow group_by)")
     return steps
 
 
@@ -159,37 +171,42 @@ def main(argv: list[str] | None = None) -> int:
         if not last:
             t = _run_epoch(plan, splits)
             print(
-                f"epoch {epoch}: map {[round(x, 2) for x in t['map_s']]} s, reduce "
-                f"{[round(x, 2) for x in t['reduce_s']]} s (setting up state)"
+                f"epoch {epoch} ({t['routing']}): read+route+partial {_r(t['map_s'])} s, "
+                f"merge+write {_r(t['reduce_s'])} s per task (setting up state)"
             )
         else:
             profile = cProfile.Profile()
             t = _run_epoch(plan, splits, profile)
             print(
-                f"epoch {epoch} (profiled, cache warm): {len(splits)} map tasks "
-                f"{[round(x, 2) for x in t['map_s']]} s; {plan.parallelism} reduce tasks "
-                f"{[round(x, 2) for x in t['reduce_s']]} s; shuffle payload "
-                f"{t['share_bytes'] / 1e6:.1f} MB; bytes written {t['bytes_written'] / 1e6:.1f} MB"
+                f"epoch {epoch} (profiled; {t['routing']} routing, {len(splits)} split(s), "
+                f"{plan.parallelism} tasks run one after the other here): per task "
+                f"read+route+partial {_r(t['map_s'])} s, merge+write {_r(t['reduce_s'])} s; "
+                f"bytes written {t['bytes_written'] / 1e6:.1f} MB"
             )
-            # What a reduce task pays extra when Spark runs it on a Python worker that did not
-            # own these key groups last epoch: materialising every parent chain from the store
-            # (read, verify, zstd-decompress, Arrow decode, apply deltas) instead of the cache.
+            # What a task pays when its parent state is not in this worker's memory cache:
+            # from the machine's disk cache (when the engine has one), then from the store.
             from runners.engine.chunks import load_key_group
 
-            chunks.cache_clear()
-            c0 = time.perf_counter()
             repo = plan.repo()
-            for chain in plan.key_groups.values():
-                load_key_group(repo, chain, job.key_columns, None)
-            cold = time.perf_counter() - c0
-            print(
-                f"cache miss cost: materialising all {len(plan.key_groups)} parent key groups "
-                f"from the store takes {cold:.2f} s (split over the reduce tasks)"
-            )
-            print("\nmap task, step by step (first split):")
-            for name, seconds in _map_stages(job, splits[0]):
+            chains = list(plan.key_groups.values())
+            for label, disk in (("disk cache", True), ("store only (no caches)", False)):
+                saved = getattr(chunks, "DISK_CACHE_BYTES", None)
+                if not disk and saved is not None:
+                    chunks.DISK_CACHE_BYTES = 0
+                chunks.cache_clear()
+                c0 = time.perf_counter()
+                for chain in chains:
+                    load_key_group(repo, chain, job.key_columns, None)
+                print(
+                    f"parent state reload, memory cache cleared, {label}: {len(chains)} key "
+                    f"groups in {time.perf_counter() - c0:.2f} s"
+                )
+                if saved is not None:
+                    chunks.DISK_CACHE_BYTES = saved
+            print("\nfirst half of task 0, step by step:")
+            for name, seconds in _map_stages(job, splits, 0, plan.parallelism):
                 print(f"  {seconds:7.3f} s  {name}")
-            print(f"\ncProfile of the epoch's tasks (map + warm reduce), top {args.top}:")
+            print(f"\ncProfile of the epoch's tasks, top {args.top} by cumulative time:")
             print(_top(profile, args.top))
         from runners.engine.sources import end_offsets
 
