@@ -34,7 +34,9 @@ DISK_CACHE_BYTES = int(os.environ.get("EPOCHAL_STATE_CACHE_DISK_MB", "4096")) * 
 
 
 def encode_table(table: pa.Table) -> bytes:
-    """Arrow IPC stream bytes of a table (the store compresses them)."""
+    """Arrow IPC stream bytes of a table as one record batch, so equal tables always encode to
+    equal bytes whatever their chunking (the store compresses them)."""
+    table = table.combine_chunks()
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)

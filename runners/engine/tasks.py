@@ -25,6 +25,7 @@ from runners.engine.state import EpochContext, KeyedState, epoch_seed
 from snapshots_store import Repository
 
 KG = "_kg"
+SEQ = "_seq"  # (split index << 40) + row: a record's position in the epoch's input
 STATE = "_state"
 EXPIRES = "_expires"
 OUTPUT_KIND = b"epochal.output"
@@ -131,12 +132,18 @@ def _valid_rows(
 def _partial(job: Job, table: pa.Table) -> pa.Table:
     """Per-key partial aggregates of one split, columns: keys, _kg, aggregation names."""
     keys = [*job.key_columns, KG]
-    specs = [(*a.partial(),) for a in job.aggregations]
+    specs = [(*a.partial(),) for a in job.aggregations] + [(SEQ, "min")]
     grouped = table.group_by(keys, use_threads=False).aggregate(specs)
     columns = {k: grouped.column(k) for k in keys}
     for a in job.aggregations:
         columns[a.name] = grouped.column(a.partial_column())
+    columns[SEQ] = grouped.column(f"{SEQ}_min")
     return pa.table(columns)
+
+
+def _with_seq(table: pa.Table, split_index: int) -> pa.Table:
+    seq = (np.int64(split_index) << np.int64(40)) + np.arange(table.num_rows, dtype=np.int64)
+    return table.append_column(SEQ, pa.array(seq))
 
 
 def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[int, MapShare]]:
@@ -150,6 +157,7 @@ def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[
     if job.aggregate is not None:
         table = table.select(job.input_columns)
     groups = key_groups([table.column(c) for c in job.key_columns], plan.max_parallelism)
+    table = _with_seq(table, split_index)
     table = table.append_column(KG, pa.array(groups, type=pa.int32()))
     if job.aggregate is not None:
         table = _partial(job, table)
@@ -178,19 +186,23 @@ def _combine(job: Job, partial: pa.Table) -> pa.Table:
     """Combine partials of several splits (a key may appear once per split)."""
     keys = [*job.key_columns, KG]
     grouped = partial.group_by(keys, use_threads=False).aggregate(
-        [(a.name, a.combine()) for a in job.aggregations]
+        [(a.name, a.combine()) for a in job.aggregations] + [(SEQ, "min")]
     )
     columns = {k: grouped.column(k) for k in keys}
     for a in job.aggregations:
         columns[a.name] = grouped.column(f"{a.name}_{a.combine()}")
+    columns[SEQ] = grouped.column(f"{SEQ}_min")
     return pa.table(columns)
 
 
 def _kg_slices(table: pa.Table) -> tuple[pa.Table, list[tuple[int, int, int]]]:
-    """The table sorted (stably) by key group, and (kg, start, length) of each group."""
+    """The table sorted by key group, then by first position in the input (a canonical order,
+    whatever the routing and the hash aggregation's group order), and (kg, start, length) of
+    each group."""
     groups = table.column(KG).to_numpy()
-    order = np.argsort(groups, kind="stable")
-    table = table.take(pa.array(order)).drop_columns([KG])
+    seq = table.column(SEQ).to_numpy()
+    order = np.lexsort((seq, groups))
+    table = table.take(pa.array(order)).drop_columns([KG, SEQ])
     sorted_groups = groups[order]
     values, starts, counts = np.unique(sorted_groups, return_index=True, return_counts=True)
     return table, list(zip(values.tolist(), starts.tolist(), counts.tolist(), strict=True))
@@ -408,6 +420,7 @@ def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterat
             table = table.select(job.input_columns)
         groups = key_groups([table.column(c) for c in job.key_columns], plan.max_parallelism)
         mine = owners(groups, plan.parallelism, plan.max_parallelism) == task
+        table = _with_seq(table, index)
         table = table.append_column(KG, pa.array(groups, type=pa.int32())).filter(pa.array(mine))
         tables.append(table)
     merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0] if tables else None
