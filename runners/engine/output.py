@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from runners.engine.chunks import DELETED, decode_table
+from runners.engine.chunks import decode_table
 from runners.engine.tasks import CHUNK_REFS, DEAD_LETTER_SCHEMA, OUTPUT_KIND
 from snapshots_store import Repository
 
@@ -45,7 +45,8 @@ def _resolve_refs(repo: Repository, payload: bytes) -> pa.Table:
     parts = []
     for chunk_id, start, length in doc["refs"]:
         chunk = decode_table(repo.get_object(chunk_id)).slice(start, length)
-        parts.append(chunk.drop_columns([DELETED]))
+        internal = [c for c in chunk.column_names if c.startswith("_")]
+        parts.append(chunk.drop_columns(internal))
     return pa.concat_tables(parts)
 
 

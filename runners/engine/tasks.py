@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runners.engine import aggregations as agg
 from runners.engine import chunks
 from runners.engine.crash import maybe_crash
 from runners.engine.hashing import key_groups, owners
@@ -130,15 +131,50 @@ def _valid_rows(
 
 
 def _partial(job: Job, table: pa.Table) -> pa.Table:
-    """Per-key partial aggregates of one split, columns: keys, _kg, aggregation names."""
+    """Per-key partial aggregates of records, columns: keys, _kg, state columns, _seq."""
     keys = [*job.key_columns, KG]
-    specs = [(*a.partial(),) for a in job.aggregations] + [(SEQ, "min")]
+    simple = [a for a in job.aggregations if a.kind not in agg.SPECIAL]
+    specs = [(*a.partial(),) for a in simple] + [(SEQ, "min")]
     grouped = table.group_by(keys, use_threads=False).aggregate(specs)
+    special: dict[str, pa.Array] = {}
+    if len(simple) < len(job.aggregations):
+        codes = _codes(table, grouped, job.key_columns)
+        n = grouped.num_rows
+        for a in job.aggregations:
+            if a.kind not in agg.SPECIAL:
+                continue
+            assert a.column is not None
+            values = table.column(a.column).combine_chunks()
+            valid = np.asarray(values.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+            if a.kind == "distinct_count":
+                sets = agg.sorted_sets(codes[valid], values.filter(pa.array(valid)), n)
+                special[a.name] = pc.list_value_length(sets).cast(pa.int64())
+                special[agg.aux_column(a)] = sets
+            else:
+                assert a.width is not None
+                ts = values.filter(pa.array(valid)).to_numpy().astype(np.int64)
+                windows = ts // a.width * a.width
+                latest, counts = agg.latest_window(
+                    codes[valid], windows, np.ones(len(ts), dtype=np.int64), n
+                )
+                special[a.name] = pa.array(counts)
+                special[agg.aux_column(a)] = pa.array(latest)
     columns = {k: grouped.column(k) for k in keys}
     for a in job.aggregations:
-        columns[a.name] = grouped.column(a.partial_column())
+        if a.kind in agg.SPECIAL:
+            columns[a.name] = special[a.name]
+            columns[agg.aux_column(a)] = special[agg.aux_column(a)]
+        else:
+            columns[a.name] = grouped.column(a.partial_column())
     columns[SEQ] = grouped.column(f"{SEQ}_min")
     return pa.table(columns)
+
+
+def _codes(rows: pa.Table, groups: pa.Table, key_columns: Sequence[str]) -> np.ndarray:
+    """For every row, the index of its key among the grouped keys."""
+    lookup = chunks.lookup_key
+    found = pc.index_in(lookup(rows, key_columns), value_set=lookup(groups, key_columns))
+    return np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
 def _with_seq(table: pa.Table, split_index: int) -> pa.Table:
@@ -185,14 +221,53 @@ def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[
 def _combine(job: Job, partial: pa.Table) -> pa.Table:
     """Combine partials of several splits (a key may appear once per split)."""
     keys = [*job.key_columns, KG]
+    simple = [a for a in job.aggregations if a.kind not in agg.SPECIAL]
     grouped = partial.group_by(keys, use_threads=False).aggregate(
-        [(a.name, a.combine()) for a in job.aggregations] + [(SEQ, "min")]
+        [(a.name, a.combine()) for a in simple] + [(SEQ, "min")]
     )
+    codes = None
+    if len(simple) < len(job.aggregations):
+        codes = _codes(partial, grouped, job.key_columns)
     columns = {k: grouped.column(k) for k in keys}
+    n = grouped.num_rows
     for a in job.aggregations:
-        columns[a.name] = grouped.column(f"{a.name}_{a.combine()}")
+        if a.kind not in agg.SPECIAL:
+            columns[a.name] = grouped.column(f"{a.name}_{a.combine()}")
+            continue
+        assert codes is not None
+        aux = agg.aux_column(a)
+        if a.kind == "distinct_count":
+            sets = agg.union_sets(codes, partial.column(aux).combine_chunks(), n)
+            columns[a.name] = pc.list_value_length(sets).cast(pa.int64())
+            columns[aux] = sets
+        else:
+            latest, counts = agg.latest_window(
+                codes, partial.column(aux).to_numpy(), partial.column(a.name).to_numpy(), n
+            )
+            columns[a.name] = pa.array(counts)
+            columns[aux] = pa.array(latest)
     columns[SEQ] = grouped.column(f"{SEQ}_min")
     return pa.table(columns)
+
+
+def _merge_special(a: agg.Aggregation, previous: pa.Table, part: pa.Table) -> dict[str, pa.Array]:
+    """Running state of a distinct or windowed count after merging an epoch's partial."""
+    n = part.num_rows
+    aux = agg.aux_column(a)
+    codes = np.concatenate([np.arange(n), np.arange(n)])
+    if a.kind == "distinct_count":
+        lists = pa.concat_arrays(
+            [previous.column(aux).combine_chunks(), part.column(aux).combine_chunks()]
+        )
+        sets = agg.union_sets(codes, lists, n)
+        return {a.name: pc.list_value_length(sets).cast(pa.int64()), aux: sets}
+    low = np.iinfo(np.int64).min
+    old_w = previous.column(aux).fill_null(low).to_numpy()
+    old_c = previous.column(a.name).fill_null(0).to_numpy()
+    windows = np.concatenate([old_w, part.column(aux).to_numpy()])
+    counts = np.concatenate([old_c, part.column(a.name).to_numpy()])
+    latest, total = agg.latest_window(codes, windows, counts, n)
+    return {a.name: pa.array(total), aux: pa.array(latest)}
 
 
 def _kg_slices(table: pa.Table) -> tuple[pa.Table, list[tuple[int, int, int]]]:
@@ -295,6 +370,9 @@ def _reduce_aggregate(
             previous = state.take(idx)
             columns = {k: part.column(k) for k in keys}
             for a in job.aggregations:
+                if a.kind in agg.SPECIAL:
+                    columns.update(_merge_special(a, previous, part))
+                    continue
                 columns[a.name] = a.merge(
                     previous.column(a.name).combine_chunks(), part.column(a.name).combine_chunks()
                 )

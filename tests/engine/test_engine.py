@@ -306,3 +306,36 @@ def test_generator_source_is_deterministic(spark: Any, repo: Repository) -> None
     total = read_output(repo, "main").to_pandas()
     assert total[total["_epoch"] == 2]["count"].sum() >= 300
     assert os.environ.get("EPOCHAL_CRASH_AT") is None
+
+
+def test_distinct_and_windowed_counts_equal_reference_at_any_parallelism(
+    spark: Any, epochs_dir: str, tmp_path: Any
+) -> None:
+    import pyarrow.parquet as pq
+
+    job = aggregate_job(
+        epochs_dir,
+        aggregate=[agg.distinct_count("value"), agg.windowed_count("ts", 500), agg.count()],
+    )
+    frames = []
+    for p in (2, 3):  # scan and shuffle routing
+        repo = Repository.open(f"file://{tmp_path}/s{p}", "special")
+        EpochRunner(spark, job, repo=repo, parallelism=p).run(max_epochs=3)
+        frames.append(_frame(read_output(repo, "main")))
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+    got = frames[0]
+    assert list(got.columns) == [
+        "key", "distinct_count_value", "windowed_count_ts", "count", "_epoch",
+    ]  # fmt: skip
+    seen = pd.DataFrame()
+    files = sorted(f for f in os.listdir(epochs_dir) if f.endswith(".parquet"))[:3]
+    for epoch, name in enumerate(files, start=1):
+        df = pq.read_table(os.path.join(epochs_dir, name)).to_pandas()
+        seen = pd.concat([seen, df], ignore_index=True)
+        mine = got[got["_epoch"] == epoch].set_index("key")
+        assert set(mine.index) == set(df["key"])
+        for key, rows in seen[seen["key"].isin(set(df["key"]))].groupby("key"):
+            latest = rows["ts"].max() // 500 * 500
+            assert mine.loc[key, "distinct_count_value"] == rows["value"].nunique()
+            assert mine.loc[key, "windowed_count_ts"] == (rows["ts"] // 500 * 500 == latest).sum()
+            assert mine.loc[key, "count"] == len(rows)
