@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -19,17 +20,23 @@ def _epoch_tables(repo: Repository, branch: str, kind: str) -> Iterator[pa.Table
         return
     chain = list(repo.log(f"heads/{branch}", first_parent=True))
     for _, manifest in reversed(chain):
-        for output_id in manifest.outputs:
-            payload = repo.get_object(output_id)
-            if payload.startswith(b"{"):
-                if kind == "records":
-                    yield _with_epoch(_resolve_refs(repo, payload), manifest.epoch)
-                continue
-            table = decode_table(payload)
-            meta = table.schema.metadata or {}
-            if meta.get(OUTPUT_KIND, b"records").decode() != kind:
-                continue
-            yield _with_epoch(table, manifest.epoch)
+        yield from _manifest_tables(repo, manifest.outputs, manifest.epoch, kind)
+
+
+def _manifest_tables(
+    repo: Repository, outputs: Sequence[str], epoch: int, kind: str
+) -> Iterator[pa.Table]:
+    for output_id in outputs:
+        payload = repo.get_object(output_id)
+        if payload.startswith(b"{"):
+            if kind == "records":
+                yield _with_epoch(_resolve_refs(repo, payload), epoch)
+            continue
+        table = decode_table(payload)
+        meta = table.schema.metadata or {}
+        if meta.get(OUTPUT_KIND, b"records").decode() != kind:
+            continue
+        yield _with_epoch(table, epoch)
 
 
 def _with_epoch(table: pa.Table, epoch: int) -> pa.Table:
@@ -83,3 +90,59 @@ def read_dead_letters(repo: Repository, branch: str) -> pa.Table:
     """Rejected records of the branch (source, partition, offset, reason, raw, _epoch)."""
     schema = DEAD_LETTER_SCHEMA.append(pa.field(EPOCH, pa.int64()))
     return _union(list(_epoch_tables(repo, branch, "dead_letters")), schema)
+
+
+def publish_output(repo: Repository, branch: str, connection: Any, table: str) -> int:
+    """Publish the branch's output to an external SQL table, idempotently.
+
+    Rows go to ``table(branch, epoch, snapshot_id, row)`` (`row` is JSON). Each epoch is
+    replaced in its own transaction (delete then insert), epochs already published for the
+    same snapshot are skipped, and rows of snapshots no longer on the branch's first-parent
+    chain (after a rollback) are deleted. Works with any DB-API connection (sqlite3, psycopg).
+    Returns the number of rows inserted.
+    """
+    if not table.replace("_", "").isalnum():
+        raise ValueError(f"table name {table!r}: letters, digits and underscores only")
+    mark = "?" if type(connection).__module__.startswith("sqlite3") else "%s"
+    cur = connection.cursor()
+    cur.execute(
+        f"CREATE TABLE IF NOT EXISTS {table} (branch TEXT NOT NULL, epoch BIGINT NOT NULL, "
+        "snapshot_id TEXT NOT NULL, row TEXT NOT NULL)"
+    )
+    connection.commit()
+    chain = (
+        []
+        if repo.read_ref(f"heads/{branch}") is None
+        else list(repo.log(f"heads/{branch}", first_parent=True))
+    )
+    cur.execute(f"SELECT DISTINCT epoch, snapshot_id FROM {table} WHERE branch = {mark}", (branch,))
+    published = {(int(e), s) for e, s in cur.fetchall()}
+    wanted = {(m.epoch, sid) for sid, m in chain}
+    for epoch, sid in sorted(published - wanted):
+        cur.execute(
+            f"DELETE FROM {table} WHERE branch = {mark} AND epoch = {mark} "
+            f"AND snapshot_id = {mark}",
+            (branch, epoch, sid),
+        )
+    connection.commit()
+    inserted = 0
+    for sid, manifest in reversed(chain):
+        if (manifest.epoch, sid) in published:
+            continue
+        rows = [
+            t.drop_columns([EPOCH]).to_pylist()
+            for t in _manifest_tables(repo, manifest.outputs, manifest.epoch, "records")
+        ]
+        flat = [json.dumps(r, sort_keys=True, default=str) for part in rows for r in part]
+        cur.execute(
+            f"DELETE FROM {table} WHERE branch = {mark} AND epoch = {mark}",
+            (branch, manifest.epoch),
+        )
+        cur.executemany(
+            f"INSERT INTO {table} (branch, epoch, snapshot_id, row) VALUES "
+            f"({mark}, {mark}, {mark}, {mark})",
+            [(branch, manifest.epoch, sid, r) for r in flat],
+        )
+        connection.commit()
+        inserted += len(flat)
+    return inserted

@@ -339,3 +339,25 @@ def test_distinct_and_windowed_counts_equal_reference_at_any_parallelism(
             assert mine.loc[key, "distinct_count_value"] == rows["value"].nunique()
             assert mine.loc[key, "windowed_count_ts"] == (rows["ts"] // 500 * 500 == latest).sum()
             assert mine.loc[key, "count"] == len(rows)
+
+
+def test_publish_output_to_sql_is_idempotent_and_follows_rollback(
+    fixed_run: Repository, tmp_path: Any
+) -> None:
+    import sqlite3
+
+    from runners.engine import publish_output
+
+    db = sqlite3.connect(str(tmp_path / "sink.db"))
+    total = read_output(fixed_run, "main").num_rows
+    assert publish_output(fixed_run, "main", db, "clicks_out") == total
+    assert publish_output(fixed_run, "main", db, "clicks_out") == 0  # idempotent
+    assert db.execute("SELECT count(*) FROM clicks_out").fetchone()[0] == total
+    # roll a copy of the branch back two epochs: its published rows follow
+    head = fixed_run.resolve("main")
+    fixed_run.cas_ref("heads/rolled", None, head, reason="test")
+    publish_output(fixed_run, "rolled", db, "clicks_out")
+    fixed_run.cas_ref("heads/rolled", head, fixed_run.resolve("main~2"), reason="rollback")
+    publish_output(fixed_run, "rolled", db, "clicks_out")
+    epochs = db.execute("SELECT DISTINCT epoch FROM clicks_out WHERE branch='rolled'").fetchall()
+    assert sorted(e for (e,) in epochs) == [1, 2, 3, 4]
