@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -33,6 +34,9 @@ def build_spark_session(
     """
     from pyspark.sql import SparkSession
 
+    # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, when
+    # the log stream may already be closed; its INFO lines carry nothing an operator needs.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must run the driver's interpreter (the venv with pyarrow, mmh3, …).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
