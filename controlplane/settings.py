@@ -28,6 +28,8 @@ INSTALLED_APPS = [
     "controlplane.applications",
     "controlplane.lineage",
     "controlplane.jobs",
+    "controlplane.operations",
+    "controlplane.audit",
     "web",
 ]
 
@@ -62,7 +64,12 @@ TEMPLATES = [
 
 DATABASES = {"default": dj_database_url.parse(config.database_url(), conn_max_age=60)}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    DATABASES["default"]["OPTIONS"] = {"init_command": "PRAGMA journal_mode=WAL;"}
+    # Several processes write (web, worker, beat): wait for locks, take them up front.
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 30,
+    }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -105,7 +112,22 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "polling_interval": 0.1,
     }
 
+CELERY_BEAT_SCHEDULE = {
+    "reconcile": {
+        "task": "epochal.reconcile",
+        "schedule": float(config.env("EPOCHAL_RECONCILE_INTERVAL_S", "5")),
+    },
+    "collect-garbage": {
+        "task": "epochal.collect_garbage",
+        "schedule": float(config.env("EPOCHAL_GC_INTERVAL_S", "3600")),
+    },
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+
 # Epochal
+EPOCHAL_OPERATION_LEASE_S = float(config.env("EPOCHAL_OPERATION_LEASE_S", "30"))
+EPOCHAL_OPERATION_MAX_ATTEMPTS = int(config.env("EPOCHAL_OPERATION_MAX_ATTEMPTS", "3"))
+EPOCHAL_GC_RETENTION_DAYS = float(config.env("EPOCHAL_GC_RETENTION_DAYS", "7"))
 EPOCHAL_STORE_URL = config.store_url()
 EPOCHAL_RUNNER = config.runner()
 EPOCHAL_SPARK_MASTER = config.spark_master()

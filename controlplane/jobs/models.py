@@ -1,0 +1,114 @@
+"""Jobs and runs.
+
+A *job* is a deployment of one branch of an application: which version's code it runs, with
+what parallelism, on which launcher, and whether it should be running (`desired_state`). A
+*run* is one launch of a job (one `run_id`, one driver); a job has many runs over its life
+(each restart, rescale with restart, rollback or migration makes a new one).
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+from controlplane.applications.models import NAME_PATTERN, Application, ApplicationVersion
+
+
+class JobState(models.TextChoices):
+    CREATED = "created"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    FAILED = "failed"
+
+
+class DesiredState(models.TextChoices):
+    RUNNING = "running"
+    STOPPED = "stopped"
+
+
+class Job(models.Model):
+    """A deployment of `branch` of `application`, running `version`'s code."""
+
+    name = models.CharField(max_length=100, unique=True, validators=[RegexValidator(NAME_PATTERN)])
+    application = models.ForeignKey(Application, on_delete=models.PROTECT, related_name="jobs")
+    version = models.ForeignKey(ApplicationVersion, on_delete=models.PROTECT, related_name="jobs")
+    branch = models.CharField(max_length=255)
+    store_url = models.CharField(max_length=1000, blank=True, default="")
+    runner = models.CharField(max_length=20, blank=True, default="")
+    parallelism = models.PositiveIntegerField(default=2, validators=[MinValueValidator(1)])
+    follow = models.BooleanField(default=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.CREATED)
+    desired_state = models.CharField(
+        max_length=16, choices=DesiredState.choices, default=DesiredState.STOPPED
+    )
+    status_reason = models.TextField(blank=True, default="")
+    max_restarts = models.PositiveIntegerField(default=5)
+    restart_backoff_s = models.PositiveIntegerField(default=10)
+    restarts = models.PositiveIntegerField(default=0)
+    next_restart_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["application", "branch"], name="job_one_per_application_branch"
+            ),
+            models.CheckConstraint(condition=models.Q(parallelism__gte=1), name="job_parallelism"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def effective_store_url(self) -> str:
+        return self.store_url or self.application.effective_store_url
+
+    @property
+    def effective_runner(self) -> str:
+        return self.runner or settings.EPOCHAL_RUNNER
+
+
+class RunPhase(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class Run(models.Model):
+    """One launch of a job: the spec written before the launcher acts, then its handle."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="runs")
+    run_id = models.CharField(max_length=32, unique=True)
+    runner = models.CharField(max_length=20)
+    parallelism = models.PositiveIntegerField()
+    spec = models.JSONField()
+    handle = models.JSONField(null=True, blank=True)
+    phase = models.CharField(max_length=16, choices=RunPhase.choices, default=RunPhase.PENDING)
+    reason = models.TextField(blank=True, default="")
+    operation = models.ForeignKey(
+        "operations.Operation", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["job", "-created_at"], name="run_job_recent")]
+
+    def __str__(self) -> str:
+        return f"{self.job.name} run {self.run_id}"
+
+    @property
+    def live(self) -> bool:
+        return self.phase in (RunPhase.PENDING, RunPhase.RUNNING)

@@ -1,0 +1,36 @@
+"""Reads for jobs and runs."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from controlplane.errors import NotFound
+from controlplane.jobs.models import Job, Run, RunPhase
+
+
+def job_get(*, name: str) -> Job:
+    try:
+        return Job.objects.select_related("application", "version").get(name=name)
+    except Job.DoesNotExist:
+        raise NotFound(
+            f"no job named {name!r}; list jobs with GET /api/jobs/ or `manage.py jobs`",
+            code="job_not_found",
+        ) from None
+
+
+def job_list(*, application: str | None = None, state: str | None = None) -> QuerySet[Job]:
+    jobs = Job.objects.select_related("application", "version").order_by("name")
+    if application:
+        jobs = jobs.filter(application__name=application)
+    if state:
+        jobs = jobs.filter(state=state)
+    return jobs
+
+
+def job_live_runs(job: Job) -> list[Run]:
+    """Runs the control plane believes are pending or running (normally at most one)."""
+    return list(job.runs.filter(phase__in=[RunPhase.PENDING, RunPhase.RUNNING]))
+
+
+def job_current_run(job: Job) -> Run | None:
+    return job.runs.order_by("-created_at").first()

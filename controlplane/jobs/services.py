@@ -1,0 +1,297 @@
+"""Writes for jobs and runs: create a job, launch / stop / watch its runs through a launcher.
+
+Every function here is idempotent: a run is identified by its `run_id`, chosen and written to
+the database (with its whole spec) before the launcher is called, and launchers treat a
+second start of the same run id as the same run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane.applications.models import Application, ApplicationVersion
+from controlplane.errors import Conflict, InvalidRequest
+from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase
+from runners.job_spec import JobSpec, JobSpecError, Resources, Toleration, new_run_id
+from runners.launcher import Launcher, LauncherError, RunHandle, RunNotFoundError, get_launcher
+from runners.launcher import RunPhase as LauncherPhase
+from snapshots_store.errors import InvalidNameError
+from snapshots_store.names import check_branch_name
+
+log = logging.getLogger(__name__)
+
+_LAUNCHERS: dict[str, Launcher] = {}
+
+SPEC_CONFIG_KEYS = frozenset(
+    {
+        "job_args",
+        "resources",
+        "image",
+        "service_account",
+        "node_selector",
+        "tolerations",
+        "image_pull_secrets",
+        "store_credentials_secret",
+        "spark_conf",
+        "max_epochs",
+    }
+)
+
+
+def launcher_for(name: str) -> Launcher:
+    """One launcher per runner name and process (the local one tracks its children)."""
+    if name not in _LAUNCHERS:
+        _LAUNCHERS[name] = get_launcher(name)
+    return _LAUNCHERS[name]
+
+
+def version_config_errors(config: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Field errors of a version's `config` (empty when a job spec can be built from it)."""
+    if not isinstance(config, Mapping):
+        return {"config": ["must be a JSON object"]}
+    unknown = sorted(set(config) - SPEC_CONFIG_KEYS)
+    if unknown:
+        return {"config": [f"unknown keys {unknown}; allowed: {sorted(SPEC_CONFIG_KEYS)}"]}
+    try:
+        _spec_fields(config)
+    except (JobSpecError, TypeError, ValueError) as exc:
+        return {"config": [str(exc)]}
+    return {}
+
+
+def _spec_fields(config: Mapping[str, Any]) -> dict[str, Any]:
+    fields: dict[str, Any] = {}
+    if "resources" in config:
+        if not isinstance(config["resources"], Mapping):
+            raise JobSpecError("resources must be an object")
+        fields["resources"] = Resources(**config["resources"])
+    if "tolerations" in config:
+        fields["tolerations"] = tuple(Toleration(**t) for t in config["tolerations"])
+    if "image_pull_secrets" in config:
+        fields["image_pull_secrets"] = tuple(config["image_pull_secrets"])
+    for key in ("image", "service_account", "store_credentials_secret", "max_epochs"):
+        if key in config:
+            fields[key] = config[key]
+    for key in ("node_selector", "spark_conf", "job_args"):
+        if key in config:
+            if not isinstance(config[key], Mapping):
+                raise JobSpecError(f"{key} must be an object")
+            fields[key] = dict(config[key])
+    return fields
+
+
+def job_spec(job: Job, *, run_id: str, parallelism: int | None = None) -> JobSpec:
+    """The launch spec of one run of `job` (version config + job placement)."""
+    version = job.version
+    fields = _spec_fields(version.config)
+    job_args = fields.pop("job_args", None)
+    if job_args is not None and "job_args" in JobSpec.__dataclass_fields__:
+        fields["job_args"] = job_args
+    try:
+        return JobSpec(
+            application=job.application.name,
+            namespace=job.application.store_namespace,
+            branch=job.branch,
+            store_url=job.effective_store_url,
+            job=version.job,
+            parallelism=parallelism or job.parallelism,
+            follow=job.follow,
+            run_id=run_id,
+            **fields,
+        )
+    except (JobSpecError, TypeError) as exc:
+        raise InvalidRequest(
+            f"job {job.name}: version {version.number} cannot be launched: {exc}",
+            code="invalid_job_spec",
+        ) from None
+
+
+def job_create(
+    *,
+    name: str,
+    application: Application,
+    version: ApplicationVersion,
+    branch: str = "main",
+    parallelism: int = 2,
+    runner: str = "",
+    store_url: str = "",
+    follow: bool = True,
+    max_restarts: int = 5,
+    restart_backoff_s: int = 10,
+    created_by: AbstractBaseUser | None = None,
+) -> Job:
+    """Create a job (stopped) for `branch` of `application`; start it with a start operation."""
+    fields: dict[str, list[str]] = {}
+    try:
+        check_branch_name(branch)
+    except InvalidNameError as exc:
+        fields["branch"] = [str(exc)]
+    if version.application_id != application.pk:
+        fields["version"] = [f"version {version.number} belongs to another application"]
+    if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
+        fields["parallelism"] = ["must be a positive integer"]
+    elif parallelism > application.max_parallelism:
+        fields["parallelism"] = [
+            f"must be at most the application's max parallelism M={application.max_parallelism}"
+        ]
+    if runner not in ("", "local", "kubernetes"):
+        fields["runner"] = ["must be local or kubernetes (empty: the deployment's RUNNER)"]
+    if fields:
+        raise InvalidRequest(f"cannot create job {name!r}", fields=fields)
+    job = Job(
+        name=name,
+        application=application,
+        version=version,
+        branch=branch,
+        parallelism=parallelism,
+        runner=runner,
+        store_url=store_url,
+        follow=follow,
+        max_restarts=max_restarts,
+        restart_backoff_s=restart_backoff_s,
+        created_by=created_by,
+    )
+    from django.core.exceptions import ValidationError
+
+    try:
+        job.full_clean(validate_constraints=False)
+    except ValidationError as exc:
+        raise InvalidRequest(f"cannot create job {name!r}", fields=exc.message_dict) from None
+    try:
+        with transaction.atomic():
+            job.save()
+    except IntegrityError:
+        existing = Job.objects.filter(application=application, branch=branch).first()
+        if existing is not None:
+            raise Conflict(
+                f"branch {branch!r} of {application.name} already has job {existing.name!r}",
+                code="job_exists",
+            ) from None
+        raise Conflict(f"a job named {name!r} exists already", code="job_exists") from None
+    return job
+
+
+# -- runs --------------------------------------------------------------------------------
+
+
+def run_launch(
+    job: Job, *, run_id: str | None = None, parallelism: int | None = None, operation: Any = None
+) -> Run:
+    """Launch a run of `job` (or find the one launched before with this `run_id`)."""
+    run_id = run_id or new_run_id()
+    run = Run.objects.filter(run_id=run_id).first()
+    if run is None:
+        spec = job_spec(job, run_id=run_id, parallelism=parallelism)
+        run = Run.objects.create(
+            job=job,
+            run_id=run_id,
+            runner=job.effective_runner,
+            parallelism=spec.parallelism,
+            spec=spec.to_dict(),
+            operation=operation,
+        )
+    if run.handle is None:
+        spec = JobSpec.from_dict(run.spec)
+        try:
+            handle = launcher_for(run.runner).start(spec)
+        except LauncherError as exc:
+            run.phase, run.reason, run.finished_at = RunPhase.FAILED, str(exc), timezone.now()
+            run.save(update_fields=["phase", "reason", "finished_at"])
+            raise
+        run.handle = handle.to_dict()
+        run.phase = RunPhase.RUNNING
+        run.started_at = timezone.now()
+        run.save(update_fields=["handle", "phase", "started_at"])
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING,
+        desired_state=DesiredState.RUNNING,
+        parallelism=run.parallelism,
+        status_reason="",
+        updated_at=timezone.now(),
+    )
+    job.refresh_from_db()
+    return run
+
+
+def _handle(run: Run) -> RunHandle | None:
+    return None if run.handle is None else RunHandle.from_dict(run.handle)
+
+
+def run_refresh(run: Run) -> Run:
+    """Ask the launcher where `run` is and record it (a finished run stays finished)."""
+    handle = _handle(run)
+    if handle is None or not run.live:
+        return run
+    try:
+        status = launcher_for(run.runner).status(handle)
+    except RunNotFoundError as exc:
+        run.phase, run.reason, run.finished_at = RunPhase.FAILED, str(exc), timezone.now()
+        run.save(update_fields=["phase", "reason", "finished_at"])
+        return run
+    mapping = {
+        LauncherPhase.PENDING: RunPhase.PENDING,
+        LauncherPhase.RUNNING: RunPhase.RUNNING,
+        LauncherPhase.SUCCEEDED: RunPhase.SUCCEEDED,
+        LauncherPhase.FAILED: RunPhase.FAILED,
+    }
+    phase = mapping[status.phase]
+    if phase != run.phase or status.reason != run.reason:
+        run.phase, run.reason = phase, status.reason
+        if status.finished:
+            run.finished_at = timezone.now()
+        run.save(update_fields=["phase", "reason", "finished_at"])
+    return run
+
+
+def run_stop(run: Run, *, deadline_s: float) -> Run:
+    """Stop `run` at its next epoch boundary, forcing it after `deadline_s`; idempotent."""
+    handle = _handle(run)
+    if handle is not None:
+        try:
+            status = launcher_for(run.runner).stop(handle, deadline_s)
+        except RunNotFoundError:
+            status = None
+        reason = "stopped" if status is None or not status.reason else status.reason
+    else:
+        reason = "stopped before it was launched"
+    if run.live or run.phase != RunPhase.STOPPED:
+        run.phase, run.reason = RunPhase.STOPPED, reason
+        run.finished_at = run.finished_at or timezone.now()
+        run.save(update_fields=["phase", "reason", "finished_at"])
+    return run
+
+
+def run_logs(run: Run, *, tail_lines: int = 100) -> str:
+    handle = _handle(run)
+    if handle is None:
+        return ""
+    try:
+        return launcher_for(run.runner).logs(handle, tail_lines)
+    except LauncherError as exc:
+        return f"(logs unavailable: {exc})"
+
+
+def job_stop_runs(job: Job, *, deadline_s: float) -> list[Run]:
+    """Stop every live run of `job` (normally one)."""
+    stopped = [
+        run_stop(run, deadline_s=deadline_s)
+        for run in job.runs.filter(phase__in=[RunPhase.PENDING, RunPhase.RUNNING])
+    ]
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.STOPPED, desired_state=DesiredState.STOPPED, updated_at=timezone.now()
+    )
+    job.refresh_from_db()
+    return stopped
+
+
+def job_set_state(job: Job, state: str, *, reason: str = "", **fields: Any) -> None:
+    Job.objects.filter(pk=job.pk).update(
+        state=state, status_reason=reason, updated_at=timezone.now(), **fields
+    )
+    job.refresh_from_db()

@@ -1,0 +1,319 @@
+"""Running an operation: take the lease, run the unfinished phases in order, record the end.
+
+Exactly one worker executes an operation at a time: it holds a lease (`lease_owner`,
+`lease_expires_at`) that a heartbeat thread renews. A worker that dies (SIGKILL, OOM, a lost
+node) stops renewing; once the lease expires the reconciler dispatches the operation again
+and the next worker resumes at the first phase not recorded as succeeded. Unexpected errors
+are retried (with back-off) up to `EPOCHAL_OPERATION_MAX_ATTEMPTS` times; domain errors
+(`EpochalError`) fail the operation at once with their code and message.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+import traceback
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from controlplane.audit.services import audit_execution
+from controlplane.errors import EpochalError
+from controlplane.operations.framework import CancelledError, PhaseContext
+from controlplane.operations.models import ACTIVE_STATES, Operation, OperationState
+from controlplane.operations.registry import operation_spec
+
+log = logging.getLogger(__name__)
+
+
+QUEUED = "queued"
+"""Lease owner of an operation handed to the broker but not yet taken by a worker."""
+
+
+class LeaseLostError(Exception):
+    """Another worker took the operation over (our lease expired); stop quietly."""
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+
+
+def _lease_s() -> float:
+    return float(getattr(settings, "EPOCHAL_OPERATION_LEASE_S", 30))
+
+
+def _now() -> dt.datetime:
+    return timezone.now()
+
+
+def _iso(value: dt.datetime | None = None) -> str:
+    return (value or _now()).isoformat()
+
+
+def phase_records(names: list[str]) -> list[dict[str, Any]]:
+    return [
+        {
+            "name": name,
+            "state": "pending",
+            "started_at": None,
+            "finished_at": None,
+            "progress": 0.0,
+            "detail": "",
+        }
+        for name in names
+    ]
+
+
+def _save_phases(operation: Operation) -> None:
+    done = sum(
+        1.0 if p["state"] in ("succeeded", "skipped") else float(p.get("progress") or 0.0)
+        for p in operation.phases
+    )
+    operation.progress = round(done / max(1, len(operation.phases)), 4)
+    operation.save(update_fields=["phases", "current_phase", "progress", "updated_at"])
+
+
+def record_phase_progress(operation: Operation, phase: str, fraction: float, detail: str) -> None:
+    for record in operation.phases:
+        if record["name"] == phase:
+            record["progress"] = max(0.0, min(1.0, float(fraction)))
+            if detail:
+                record["detail"] = detail
+    _save_phases(operation)
+
+
+def acquire_lease(operation_id: Any, owner: str) -> bool:
+    """Take (or renew) the lease on an active operation; False when someone else holds it."""
+    now = _now()
+    taken = (
+        Operation.objects.filter(pk=operation_id, state__in=ACTIVE_STATES)
+        .filter(
+            Q(lease_expires_at__isnull=True)
+            | Q(lease_expires_at__lt=now)
+            | Q(lease_owner=owner)
+            | Q(lease_owner=QUEUED)
+        )
+        .update(
+            lease_owner=owner,
+            lease_expires_at=now + dt.timedelta(seconds=_lease_s()),
+            attempts=F("attempts") + 1,
+        )
+    )
+    return taken == 1
+
+
+class _Heartbeat:
+    """Renews the lease every third of its length until stopped; notes when it is lost."""
+
+    def __init__(self, operation_id: Any, owner: str) -> None:
+        self.operation_id = operation_id
+        self.owner = owner
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="epochal-lease", daemon=True)
+
+    def renew(self) -> None:
+        renewed = Operation.objects.filter(pk=self.operation_id, lease_owner=self.owner).update(
+            lease_expires_at=_now() + dt.timedelta(seconds=_lease_s())
+        )
+        if renewed == 0:
+            self.lost = True
+
+    def check(self) -> None:
+        if self.lost:
+            raise LeaseLostError(str(self.operation_id))
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(_lease_s() / 3):
+                try:
+                    self.renew()
+                except Exception:  # the database blinked: try again next beat
+                    log.warning("lease renewal of %s failed", self.operation_id, exc_info=True)
+        finally:
+            connection.close()
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def execute(operation_id: Any, *, owner: str | None = None) -> str:
+    """Run operation `operation_id` to its end (or until the lease is lost); its final state."""
+    owner = owner or worker_id()
+    close_old_connections()
+    if not acquire_lease(operation_id, owner):
+        current = Operation.objects.filter(pk=operation_id).values_list("state", flat=True).first()
+        return current or "missing"
+    operation = Operation.objects.select_related("application", "job", "requested_by").get(
+        pk=operation_id
+    )
+    spec = operation_spec(operation.kind)
+    phases = spec.phases(operation.params)
+    if operation.state == OperationState.PENDING:
+        if operation.cancel_requested:
+            return _finish(
+                operation,
+                OperationState.CANCELLED,
+                code="cancelled",
+                message="cancelled before it started",
+            )
+        operation.state = OperationState.RUNNING
+        operation.started_at = _now()
+        if not operation.phases:
+            operation.phases = phase_records([p.name for p in phases])
+        operation.save(update_fields=["state", "started_at", "phases", "updated_at"])
+        audit_execution(
+            operation=operation, action=f"operation.{operation.kind}", outcome="started"
+        )
+    else:
+        audit_execution(
+            operation=operation,
+            action=f"operation.{operation.kind}",
+            outcome="resumed",
+            detail={"attempt": operation.attempts, "phase": operation.current_phase},
+        )
+    with _Heartbeat(operation.pk, owner) as heartbeat:
+
+        def beat() -> None:
+            heartbeat.check()
+            heartbeat.renew()
+
+        try:
+            for phase in phases:
+                record = next(r for r in operation.phases if r["name"] == phase.name)
+                if record["state"] in ("succeeded", "skipped"):
+                    continue
+                operation.refresh_from_db(fields=["cancel_requested"])
+                if operation.cancel_requested and phase.cancellable:
+                    raise CancelledError(phase.name)
+                heartbeat.check()
+                record["state"] = "running"
+                record["started_at"] = record["started_at"] or _iso()
+                operation.current_phase = phase.name
+                _save_phases(operation)
+                phase.run(PhaseContext(operation, phase.name, beat))
+                heartbeat.check()
+                record["state"] = "succeeded"
+                record["progress"] = 1.0
+                record["finished_at"] = _iso()
+                _save_phases(operation)
+                audit_execution(
+                    operation=operation,
+                    action=f"operation.{operation.kind}.{phase.name}",
+                    outcome="succeeded",
+                    detail={"detail": record.get("detail", "")},
+                )
+        except LeaseLostError:
+            log.warning("operation %s: lease lost to another worker; stopping", operation.pk)
+            return "lease-lost"
+        except CancelledError as exc:
+            return _finish(
+                operation,
+                OperationState.CANCELLED,
+                code="cancelled",
+                message=f"cancelled before phase {exc}",
+            )
+        except EpochalError as exc:
+            _mark_phase_failed(operation, str(exc))
+            return _finish(
+                operation,
+                OperationState.FAILED,
+                code=exc.code,
+                message=exc.message,
+                detail=exc.detail,
+            )
+        except Exception as exc:
+            return _retry_or_fail(operation, exc)
+    return _finish(operation, OperationState.SUCCEEDED)
+
+
+def _mark_phase_failed(operation: Operation, message: str) -> None:
+    for record in operation.phases:
+        if record["state"] == "running":
+            record["state"] = "failed"
+            record["finished_at"] = _iso()
+            record["detail"] = message[:2000]
+    _save_phases(operation)
+
+
+def _retry_or_fail(operation: Operation, exc: Exception) -> str:
+    limit = int(getattr(settings, "EPOCHAL_OPERATION_MAX_ATTEMPTS", 3))
+    operation.refresh_from_db(fields=["attempts"])
+    trace = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    log.exception("operation %s: phase %s raised", operation.pk, operation.current_phase)
+    if operation.attempts >= limit:
+        _mark_phase_failed(operation, trace)
+        return _finish(
+            operation,
+            OperationState.FAILED,
+            code="internal_error",
+            message=f"phase {operation.current_phase} failed {operation.attempts} times; "
+            f"last error: {trace}. Check the worker log, fix the cause and request the "
+            "operation again.",
+        )
+    backoff = min(60.0, 2.0**operation.attempts)
+    Operation.objects.filter(pk=operation.pk).update(
+        lease_owner="", lease_expires_at=_now() + dt.timedelta(seconds=backoff)
+    )
+    audit_execution(
+        operation=operation,
+        action=f"operation.{operation.kind}.{operation.current_phase}",
+        outcome="retrying",
+        detail={"error": trace, "attempt": operation.attempts, "retry_in_s": backoff},
+    )
+    return "retrying"
+
+
+def _finish(
+    operation: Operation,
+    state: str,
+    *,
+    code: str = "",
+    message: str = "",
+    detail: dict[str, Any] | None = None,
+) -> str:
+    with transaction.atomic():
+        operation.state = state
+        operation.finished_at = _now()
+        operation.error_code = code if state != OperationState.SUCCEEDED else ""
+        operation.error_message = message
+        if detail:
+            operation.result = {**operation.result, "error_detail": detail}
+        if state == OperationState.SUCCEEDED:
+            operation.progress = 1.0
+        operation.lease_owner = ""
+        operation.lease_expires_at = None
+        operation.save()
+    audit_execution(
+        operation=operation,
+        action=f"operation.{operation.kind}",
+        outcome=state,
+        detail={"code": code, "message": message} if code else {},
+    )
+    _after(operation)
+    return state
+
+
+def _after(operation: Operation) -> None:
+    """Best effort: index the commits the operation made so the lineage shows them now."""
+    try:
+        from controlplane.jobs.store import application_repository
+        from controlplane.lineage.services import reindex_application
+
+        reindex_application(
+            application=operation.application,
+            repo=application_repository(operation.application),
+        )
+    except Exception:
+        log.warning("reindex after operation %s failed", operation.pk, exc_info=True)

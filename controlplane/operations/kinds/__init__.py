@@ -1,0 +1,1 @@
+"""One module per operation kind; `controlplane.operations.registry` lists them."""

@@ -1,0 +1,203 @@
+"""migrate: move a lineage to another store, or transform a branch's state.
+
+mode=copy replicates the application's lineage (every branch, tag, reflog and reachable object,
+verified, byte for byte) into `store_url`, then switches the application to it and restarts
+the job there; the source store is left untouched. mode=transform applies a user
+state-migration function (`function`: module:attr, pa.Table -> pa.Table per key group) and
+mode=rehash changes M (`max_parallelism`); both write a "migration" commit on the job's
+branch and restart from it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from controlplane.applications.models import Application
+from controlplane.errors import Conflict, InvalidRequest, OperationFailed
+from controlplane.jobs.models import Job
+from controlplane.jobs.store import application_repository, job_repository
+from controlplane.operations.framework import OperationSpec, Phase, PhaseContext, Target
+from controlplane.operations.kinds.common import (
+    float_param,
+    int_param,
+    job_is_running,
+    phase_await_running,
+    phase_relaunch,
+    phase_stop,
+    reject_unknown,
+    str_param,
+)
+from snapshots_store import Repository, StoreError
+
+MODES = ("copy", "transform", "rehash")
+
+
+class MigrateSpec(OperationSpec):
+    kind = "migrate"
+    summary = "copy the lineage to another store, or transform state into a migration commit"
+
+    def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
+        reject_unknown(
+            params,
+            {
+                "mode",
+                "store_url",
+                "function",
+                "max_parallelism",
+                "stop_deadline_s",
+                "start_timeout_s",
+            },
+        )
+        job = target.job
+        assert job is not None
+        mode = params.get("mode")
+        if mode not in MODES:
+            raise InvalidRequest(f"mode must be one of {MODES}", fields={"mode": [repr(mode)]})
+        cleaned: dict[str, Any] = {"mode": mode}
+        if mode == "copy":
+            url = str_param(params, "store_url", required=True)
+            assert url is not None
+            if url == job.application.effective_store_url:
+                raise InvalidRequest(
+                    "store_url is the store the application already uses",
+                    fields={"store_url": ["same as the current store"]},
+                    code="no_change",
+                )
+            try:
+                Repository.open(url, job.application.store_namespace)
+            except StoreError as exc:
+                raise InvalidRequest(str(exc), fields={"store_url": [str(exc)]}) from None
+            others = [
+                other.name
+                for other in Job.objects.filter(application=job.application).exclude(pk=job.pk)
+                if job_is_running(other)
+            ]
+            if others:
+                raise Conflict(
+                    f"the whole lineage of {job.application.name} moves with the copy, and "
+                    f"jobs {others} still run on the current store: stop them first",
+                    code="other_jobs_running",
+                )
+            cleaned["store_url"] = url
+        elif mode == "transform":
+            ref = str_param(params, "function", required=True)
+            assert ref is not None
+            if ":" not in ref:
+                raise InvalidRequest(
+                    "function must be a reference module:attr",
+                    fields={"function": ["expected module:attr"]},
+                )
+            cleaned["function"] = ref
+        else:
+            m = int_param(params, "max_parallelism")
+            if m is None:
+                raise InvalidRequest(
+                    "max_parallelism is required for mode=rehash",
+                    fields={"max_parallelism": ["required"]},
+                )
+            if m < job.parallelism:
+                raise InvalidRequest(
+                    f"max_parallelism {m} is below the job's parallelism {job.parallelism}; "
+                    "rescale down first",
+                    fields={"max_parallelism": [f"must be >= {job.parallelism}"]},
+                )
+            cleaned["max_parallelism"] = m
+        repo = job_repository(job)
+        if mode != "copy" and repo.read_ref(f"heads/{job.branch}") is None:
+            raise InvalidRequest(
+                f"branch {job.branch!r} has no commits: no state to migrate", code="empty_branch"
+            )
+        for name in ("stop_deadline_s", "start_timeout_s"):
+            if name in params:
+                cleaned[name] = float_param(params, name, 60)
+        return cleaned
+
+    def phases(self, params: Mapping[str, Any]) -> list[Phase]:
+        if params["mode"] == "copy":
+            return [
+                Phase("stop", phase_stop, cancellable=True),
+                Phase("copy_objects", _copy),
+                Phase("switch_store", _switch),
+                Phase("restart", phase_relaunch),
+                Phase("await_running", phase_await_running),
+            ]
+        return [
+            Phase("stop", phase_stop, cancellable=True),
+            Phase("migrate_state", _migrate_state),
+            Phase("restart", phase_relaunch),
+            Phase("await_running", phase_await_running),
+        ]
+
+
+def _copy(ctx: PhaseContext) -> None:
+    from snapshots_store.replicate import replicate
+
+    job = ctx.job
+    application = job.application
+    if ctx.data.get("switched"):
+        return
+    src = application_repository(application)
+    dst = Repository.open(ctx.params["store_url"], application.store_namespace)
+
+    def progress(done: int, total: int) -> None:
+        ctx.progress(done / max(1, total), f"{done}/{total} objects")
+
+    report = replicate(src, dst, progress=progress)
+    ctx.operation.result = {**ctx.operation.result, "copy": report.to_dict()}
+    ctx.operation.save(update_fields=["result", "updated_at"])
+    ctx.progress(1.0, f"copied {report.objects_copied} objects ({report.bytes_copied} bytes)")
+
+
+def _switch(ctx: PhaseContext) -> None:
+    job = ctx.job
+    url = ctx.params["store_url"]
+    previous = ctx.remember("previous_store_url", lambda: job.application.effective_store_url)
+    Application.objects.filter(pk=job.application_id).update(store_url=url)
+    Job.objects.filter(application_id=job.application_id).update(store_url="")
+    ctx.remember("switched", lambda: True)
+    ctx.operation.result = {
+        **ctx.operation.result,
+        "store_url": url,
+        "previous_store_url": previous,
+    }
+    ctx.operation.save(update_fields=["result", "updated_at"])
+    ctx.progress(1.0, f"application now uses {url}")
+
+
+def _migrate_state(ctx: PhaseContext) -> None:
+    from runners.engine import state_ops
+
+    job = ctx.job
+    repo = job_repository(job)
+    head = repo.read_ref(f"heads/{job.branch}")
+    assert head is not None
+    base = ctx.remember("migration_base", lambda: head.target)
+    if head.target != base:
+        manifest = repo.read_manifest(head.target)
+        if manifest.kind == "migration" and manifest.operation_id == str(ctx.operation.pk):
+            ctx.progress(1.0, f"migration commit {head.target[:12]} already made")
+            return
+        raise Conflict(f"branch {job.branch} moved during the migration", code="branch_moved")
+    op_id = str(ctx.operation.pk)
+    reason = ctx.operation.reason or f"migrate ({ctx.params['mode']})"
+    try:
+        if ctx.params["mode"] == "rehash":
+            sid = state_ops.rehash(
+                repo,
+                base,
+                int(ctx.params["max_parallelism"]),
+                branch=job.branch,
+                operation_id=op_id,
+                reason=reason,
+            )
+        else:
+            fn = state_ops.load_migration(ctx.params["function"])
+            sid = state_ops.transform_state(
+                repo, base, fn, branch=job.branch, operation_id=op_id, reason=reason
+            )
+    except (ValueError, LookupError, TypeError, ImportError) as exc:
+        raise OperationFailed(f"state migration failed: {exc}", code="migration_failed") from None
+    ctx.operation.result = {**ctx.operation.result, "snapshot": sid}
+    ctx.operation.save(update_fields=["result", "updated_at"])
+    ctx.progress(1.0, f"migration commit {sid[:12]}")

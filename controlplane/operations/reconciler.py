@@ -1,0 +1,183 @@
+"""The reconciler (Celery beat, every few seconds): make the world match the database.
+
+* operations: dispatch pending ones the broker never delivered, and re-dispatch running ones
+  whose worker died (lease expired) — the next worker resumes them at the unfinished phase;
+* jobs: follow each live run through its launcher; restart a job whose run failed from its
+  branch head (a start operation) with exponential back-off, up to its `max_restarts`;
+* lineage: index commits the index has not seen yet (jobs commit without asking us);
+* retention (hourly, `collect_garbage_all`): gc every application's store and clean up the
+  leftovers of runs that ended long ago.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from controlplane.applications.models import Application
+from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase
+from controlplane.jobs.services import job_set_state, launcher_for, run_refresh
+from controlplane.jobs.store import application_repository
+from controlplane.operations.executor import QUEUED
+from controlplane.operations.models import ACTIVE_STATES, Operation
+from runners.launcher import RunHandle
+
+log = logging.getLogger(__name__)
+
+
+def _lease() -> dt.timedelta:
+    return dt.timedelta(seconds=float(getattr(settings, "EPOCHAL_OPERATION_LEASE_S", 30)))
+
+
+def reconcile_operations() -> int:
+    """(Re-)dispatch operations no worker holds; the number dispatched."""
+    from controlplane.operations.tasks import run_operation
+
+    now = timezone.now()
+    stale = Operation.objects.filter(state__in=ACTIVE_STATES).filter(
+        Q(lease_expires_at__isnull=True, created_at__lt=now - dt.timedelta(seconds=2))
+        | Q(lease_expires_at__lt=now)
+    )
+    dispatched = 0
+    for op in stale:
+        claimed = (
+            Operation.objects.filter(pk=op.pk, lease_expires_at=op.lease_expires_at)
+            .filter(state__in=ACTIVE_STATES)
+            .update(lease_owner=QUEUED, lease_expires_at=now + _lease())
+        )
+        if not claimed:
+            continue
+        try:
+            run_operation.delay(str(op.pk))
+            dispatched += 1
+            log.info("reconciler dispatched %s operation %s (%s)", op.kind, op.pk, op.state)
+        except Exception:
+            log.warning("could not dispatch operation %s", op.pk, exc_info=True)
+    return dispatched
+
+
+def _backoff(job: Job) -> dt.timedelta:
+    return dt.timedelta(seconds=min(3600, job.restart_backoff_s * 2**job.restarts))
+
+
+def reconcile_jobs() -> tuple[int, int]:
+    """Follow live runs; apply restart policies. (runs checked, restarts requested)."""
+    from controlplane.operations.services import operation_request
+
+    checked = restarts = 0
+    for run in Run.objects.filter(phase__in=[RunPhase.PENDING, RunPhase.RUNNING]).select_related(
+        "job", "job__application"
+    ):
+        checked += 1
+        try:
+            run_refresh(run)
+        except Exception:
+            log.warning("status of run %s unavailable", run.run_id, exc_info=True)
+    now = timezone.now()
+    for job in Job.objects.filter(desired_state=DesiredState.RUNNING).select_related("application"):
+        if Operation.objects.filter(job=job, state__in=ACTIVE_STATES).exists():
+            continue
+        if job.runs.filter(phase__in=[RunPhase.PENDING, RunPhase.RUNNING]).exists():
+            continue
+        last = job.runs.order_by("-created_at").first()
+        if last is None:
+            continue
+        if last.phase == RunPhase.SUCCEEDED:
+            job_set_state(
+                job,
+                JobState.STOPPED,
+                reason="the run ended: no more input",
+                desired_state=DesiredState.STOPPED,
+            )
+            continue
+        if last.phase != RunPhase.FAILED:
+            continue
+        if job.restarts >= job.max_restarts:
+            job_set_state(
+                job,
+                JobState.FAILED,
+                reason=f"run {last.run_id} failed ({last.reason}); gave up after "
+                f"{job.restarts} restarts — fix the cause and start the job",
+                desired_state=DesiredState.STOPPED,
+            )
+            continue
+        if job.next_restart_at is None:
+            wait = _backoff(job)
+            job_set_state(
+                job,
+                JobState.FAILED,
+                reason=f"run {last.run_id} failed ({last.reason}); restarting from the head "
+                f"in {wait.total_seconds():.0f} s",
+                next_restart_at=now + wait,
+            )
+            continue
+        if job.next_restart_at > now:
+            continue
+        try:
+            operation_request(
+                kind="start",
+                application=job.application,
+                job=job,
+                params={},
+                via="reconciler",
+                reason=f"restart policy: run {last.run_id} failed ({last.reason})",
+            )
+        except Exception as exc:
+            log.warning("restart of job %s not requested: %s", job.name, exc)
+            continue
+        Job.objects.filter(pk=job.pk).update(restarts=job.restarts + 1, next_restart_at=None)
+        restarts += 1
+    return checked, restarts
+
+
+def reindex_all() -> int:
+    """Index new commits of every application; the number of snapshots added."""
+    from controlplane.lineage.services import reindex_application
+
+    added = 0
+    for application in Application.objects.all():
+        try:
+            result = reindex_application(
+                application=application, repo=application_repository(application)
+            )
+            added += result.snapshots_added
+        except Exception:
+            log.warning("reindex of %s failed", application.name, exc_info=True)
+    return added
+
+
+def reconcile_all() -> dict[str, int]:
+    dispatched = reconcile_operations()
+    checked, restarts = reconcile_jobs()
+    indexed = reindex_all()
+    return {
+        "operations_dispatched": dispatched,
+        "runs_checked": checked,
+        "restarts_requested": restarts,
+        "snapshots_indexed": indexed,
+    }
+
+
+def collect_garbage_all() -> dict[str, int]:
+    """Apply retention to every application's store; clean up long-finished runs."""
+    retention = dt.timedelta(days=float(getattr(settings, "EPOCHAL_GC_RETENTION_DAYS", 7)))
+    removed = 0
+    for application in Application.objects.all():
+        try:
+            report = application_repository(application).gc(retention=retention)
+            removed += len(report.removed)
+        except Exception:
+            log.warning("gc of %s failed", application.name, exc_info=True)
+    cleaned = 0
+    old = timezone.now() - retention
+    for run in Run.objects.filter(finished_at__lt=old).exclude(handle=None):
+        try:
+            launcher_for(run.runner).cleanup(RunHandle.from_dict(run.handle))
+            cleaned += 1
+        except Exception:
+            log.warning("cleanup of run %s failed", run.run_id, exc_info=True)
+    return {"objects_removed": removed, "runs_cleaned": cleaned}

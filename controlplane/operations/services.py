@@ -1,0 +1,179 @@
+"""Requesting and cancelling operations.
+
+`operation_request` validates, then writes the operation (the intent) in one transaction, and
+only after the commit hands it to a worker. The database decides conflicts: a partial unique
+index allows one active operation per job, and (requester, idempotency key) is unique, so of
+any number of concurrent requests exactly one is accepted, a repeat with the same key returns
+the same operation, and the others get `Conflict` naming the running operation.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from controlplane.applications.models import Application
+from controlplane.audit.services import audit_execution
+from controlplane.errors import Conflict, InvalidRequest
+from controlplane.jobs.models import Job
+from controlplane.operations.executor import phase_records
+from controlplane.operations.framework import Target
+from controlplane.operations.models import ACTIVE_STATES, Operation, OperationState
+from controlplane.operations.registry import operation_spec
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Requested:
+    operation: Operation
+    created: bool
+    """False when an earlier request with the same idempotency key is returned."""
+
+
+def _user(user: AbstractBaseUser | AnonymousUser | None) -> AbstractBaseUser | None:
+    if user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return user  # type: ignore[return-value]
+
+
+def _running_conflict(job: Job) -> Conflict:
+    active = Operation.objects.filter(job=job, state__in=ACTIVE_STATES).first()
+    if active is None:
+        return Conflict(f"job {job.name} changed while the request was made; retry")
+    return Conflict(
+        f"job {job.name} already has a {active.state} {active.kind} operation {active.pk} "
+        f"(phase {active.current_phase or 'not started'}); wait for it to end or cancel it",
+        code="operation_in_progress",
+        detail={"operation": str(active.pk), "kind": active.kind, "state": active.state},
+    )
+
+
+def operation_request(
+    *,
+    kind: str,
+    application: Application,
+    job: Job | None = None,
+    params: Mapping[str, Any] | None = None,
+    user: AbstractBaseUser | AnonymousUser | None = None,
+    idempotency_key: str = "",
+    reason: str = "",
+    via: str = "api",
+    dispatch: bool = True,
+) -> Requested:
+    """Validate and record an operation, then dispatch it to a worker (after commit)."""
+    params = dict(params or {})
+    requester = _user(user)
+    if len(idempotency_key) > 200:
+        raise InvalidRequest(
+            "the idempotency key is longer than 200 characters",
+            fields={"idempotency_key": ["at most 200 characters"]},
+        )
+    if idempotency_key:
+        earlier = Operation.objects.filter(
+            requested_by=requester, idempotency_key=idempotency_key
+        ).first()
+        if earlier is not None:
+            return Requested(earlier, created=False)
+    spec = operation_spec(kind)
+    if spec.needs_job and job is None:
+        raise InvalidRequest(
+            f"a {kind} operation acts on a job; name one", fields={"job": ["required"]}
+        )
+    if job is not None and job.application_id != application.pk:
+        raise InvalidRequest(f"job {job.name} belongs to another application")
+    active = Operation.objects.filter(job=job, state__in=ACTIVE_STATES)
+    if job is not None and spec.needs_job and active.exists():
+        raise _running_conflict(job)
+    cleaned = spec.clean(params, Target(application=application, job=job))
+    operation = Operation(
+        kind=kind,
+        application=application,
+        job=job if spec.needs_job else None,
+        params=cleaned,
+        reason=reason,
+        idempotency_key=idempotency_key,
+        requested_by=requester,
+        requested_via=via,
+        phases=phase_records([p.name for p in spec.phases(cleaned)]),
+    )
+    if not spec.needs_job and job is not None:
+        operation.context = {"source_job": job.name}
+    try:
+        with transaction.atomic():
+            operation.save()
+            if dispatch:
+                transaction.on_commit(lambda: operation_dispatch(operation))
+    except IntegrityError:
+        if idempotency_key:
+            earlier = Operation.objects.filter(
+                requested_by=requester, idempotency_key=idempotency_key
+            ).first()
+            if earlier is not None:
+                return Requested(earlier, created=False)
+        if job is not None:
+            raise _running_conflict(job) from None
+        raise
+    audit_execution(
+        operation=operation,
+        action=f"operation.{kind}",
+        outcome="requested",
+        detail={"params": cleaned, "via": via},
+    )
+    return Requested(operation, created=True)
+
+
+def operation_dispatch(operation: Operation) -> None:
+    """Hand the operation to a Celery worker; the reconciler retries when the broker is down."""
+    from controlplane.operations.tasks import run_operation
+
+    try:
+        run_operation.delay(str(operation.pk))
+    except Exception:
+        log.warning(
+            "could not dispatch operation %s; the reconciler will", operation.pk, exc_info=True
+        )
+
+
+def operation_cancel(
+    *, operation: Operation, user: AbstractBaseUser | AnonymousUser | None = None
+) -> Operation:
+    """Cancel a pending operation now, or a running one at its next cancellable point."""
+    with transaction.atomic():
+        op = Operation.objects.select_for_update().get(pk=operation.pk)
+        if op.state not in ACTIVE_STATES:
+            raise Conflict(
+                f"operation {op.pk} has ended ({op.state}); nothing to cancel",
+                code="operation_ended",
+            )
+        if op.state == OperationState.PENDING:
+            op.state = OperationState.CANCELLED
+            op.finished_at = timezone.now()
+            op.cancel_requested = True
+            op.error_code, op.error_message = "cancelled", "cancelled before it started"
+            op.save()
+        else:
+            spec = operation_spec(op.kind)
+            names = [r["name"] for r in op.phases if r["state"] not in ("succeeded", "skipped")]
+            cancellable = {p.name for p in spec.phases(op.params) if p.cancellable}
+            if not any(name in cancellable for name in names):
+                raise Conflict(
+                    f"operation {op.pk} is past the point where it can be cancelled (phase "
+                    f"{op.current_phase}); wait for it to end and undo it with a new operation",
+                    code="not_cancellable",
+                )
+            op.cancel_requested = True
+            op.save(update_fields=["cancel_requested", "updated_at"])
+    audit_execution(
+        operation=op,
+        action=f"operation.{op.kind}",
+        outcome="cancel-requested",
+        detail={"by": getattr(user, "username", "")},
+    )
+    return op

@@ -1,0 +1,26 @@
+"""Celery tasks: thin wrappers around the executor and the reconciler."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from controlplane.operations.executor import execute
+
+
+@shared_task(name="epochal.run_operation", acks_late=True, reject_on_worker_lost=True)
+def run_operation(operation_id: str) -> str:
+    return execute(operation_id)
+
+
+@shared_task(name="epochal.reconcile")
+def reconcile() -> dict[str, int]:
+    from controlplane.operations.reconciler import reconcile_all
+
+    return reconcile_all()
+
+
+@shared_task(name="epochal.collect_garbage")
+def collect_garbage() -> dict[str, int]:
+    from controlplane.operations.reconciler import collect_garbage_all
+
+    return collect_garbage_all()
