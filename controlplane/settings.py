@@ -25,6 +25,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "controlplane.accounts",
     "controlplane.applications",
     "controlplane.lineage",
     "controlplane.jobs",
