@@ -112,7 +112,8 @@ class JobSpec:
     `namespace` is the application's namespace in the store (the engine's `--namespace`);
     the Kubernetes namespace belongs to the launcher's configuration. `image` and
     `service_account` default to the launcher's configuration when None, so switching
-    `RUNNER` needs no change to the spec.
+    `RUNNER` needs no change to the spec. `follow` keeps the job running when its source has
+    no new data (a long-running service polling for more) instead of exiting.
     """
 
     application: str
@@ -122,6 +123,7 @@ class JobSpec:
     job: str
     parallelism: int
     max_epochs: int | None = None
+    follow: bool = False
     resources: Resources = field(default_factory=Resources)
     image: str | None = None
     service_account: str | None = None
@@ -151,6 +153,8 @@ class JobSpec:
             raise JobSpecError(f"parallelism must be at least 1, got {self.parallelism!r}")
         if self.max_epochs is not None and self.max_epochs < 1:
             raise JobSpecError(f"max_epochs must be at least 1 or None, got {self.max_epochs!r}")
+        if not isinstance(self.follow, bool):
+            raise JobSpecError(f"follow must be true or false, got {self.follow!r}")
         if not _RUN_ID.match(self.run_id):
             raise JobSpecError(
                 f"run_id must be 1-32 lowercase letters, digits or '-', got {self.run_id!r}"
@@ -181,6 +185,8 @@ class JobSpec:
         ]
         if self.max_epochs is not None:
             args += ["--max-epochs", str(self.max_epochs)]
+        if self.follow:
+            args.append("--follow")
         return args
 
     def to_dict(self) -> dict[str, Any]:

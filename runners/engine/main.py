@@ -1,19 +1,28 @@
 """Job entry point: resume a job from its branch head and run epochs.
 
     python -m runners.engine.main --job module:attr --store URL --namespace NS \\
-        --branch B --parallelism P [--max-epochs N] [--master local[2]]
+        --branch B --parallelism P [--max-epochs N] [--master local[2]] \\
+        [--follow [--poll-interval S]]
 
-`attr` is a `Job` or a callable returning one. Prints one JSON line per committed epoch.
+`attr` is a `Job` or a callable returning one. Prints one JSON line per event (`started`,
+`epoch_start`, `committed`, `stopped`). Without `--follow` the job stops when the source has
+no new data; with it, it keeps polling the source (a long-running service). Either way it
+stops at an epoch boundary on a stop request for its run (`$EPOCHAL_RUN_ID`) in the branch's
+control document, on `stop_after_epoch`, and on SIGTERM / SIGINT: a signal abandons an epoch
+whose Spark job is still running (nothing is committed; the CAS is the only commit point)
+and the process exits 0 after a final `{"event": "stopped", "reason": …}` line.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import signal
 import sys
-import time
 from dataclasses import asdict
+from typing import Any
 
 from runners.engine.job import Job
 from runners.engine.runner import EpochRunner
@@ -44,7 +53,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-epochs", type=int, default=None)
     parser.add_argument("--master", default=None, help="Spark master (default $SPARK_MASTER)")
     parser.add_argument("--notify", default=None, help="URL to POST each committed epoch to")
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep running when the source has no new data, polling it for more",
+    )
+    parser.add_argument(
+        "--poll-interval",
+        type=float,
+        default=1.0,
+        help="seconds between polls of the source (--follow) or of a paused job's control",
+    )
     args = parser.parse_args(argv)
+    if args.poll_interval <= 0:
+        parser.error("--poll-interval must be > 0")
+    signalled: list[str] = []
+    runner: EpochRunner | None = None
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        signalled.append(signal.Signals(signum).name)
+        if runner is not None:
+            runner.interrupt(signalled[0])
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, on_signal)
     job = load_job(args.job)
     repo = Repository.open(args.store, args.namespace)
     spark = build_spark_session(master=args.master, app_name=f"epochal-{job.name}")
@@ -56,21 +88,30 @@ def main(argv: list[str] | None = None) -> int:
         parallelism=args.parallelism,
         max_parallelism=args.max_parallelism,
         notify=args.notify,
+        poll_interval_s=args.poll_interval,
     )
+    if signalled:  # a signal arrived while Spark started
+        runner.interrupt(signalled[0])
     print(json.dumps({"event": "started", "branch": args.branch}), flush=True)
     count = 0
+    announced = 0
+    reason = f"max epochs {args.max_epochs}"
     while args.max_epochs is None or count < args.max_epochs:
-        print(json.dumps({"event": "epoch_start", "n": count + 1}), flush=True)
+        if announced == count:  # once per epoch, not per poll
+            announced = count + 1
+            print(json.dumps({"event": "epoch_start", "n": announced}), flush=True)
         result = runner.run_epoch()
         if result is None:
-            if runner.stopped_reason == "paused":
-                time.sleep(runner.poll_interval_s)
+            if runner.should_wait(follow=args.follow):
+                runner.wait(runner.poll_interval_s)
                 continue
+            reason = runner.stopped_reason or "stopped"
             break
         count += 1
         print(json.dumps({"event": "committed", **asdict(result)}), flush=True)
-    print(json.dumps({"event": "stopped", "reason": runner.stopped_reason}), flush=True)
-    spark.stop()
+    print(json.dumps({"event": "stopped", "reason": reason}), flush=True)
+    with contextlib.suppress(Exception):  # after SIGTERM to the group the JVM may be gone
+        spark.stop()
     return 0
 
 

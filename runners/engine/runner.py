@@ -30,6 +30,7 @@ from runners.engine.tasks import (
     reduce_partition,
     scan_partition,
 )
+from runners.launcher import RUN_ID_ENV, stop_requested
 from snapshots_store import Manifest, PrefixedBackend, RefConflictError, Repository
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ class EpochRunner:
         compaction_ratio: float = 1.0,
         routing: str = "auto",
         scan_max_parallelism: int = 2,
+        run_id: str | None = None,
     ) -> None:
         check_parallelism(parallelism, max_parallelism)
         self.spark = spark
@@ -104,6 +106,13 @@ class EpochRunner:
         self.store_url, self.namespace = _store_location(repo)
         self.crash = crash_spec()
         self.stopped_reason: str | None = None
+        #: the run id a stop request in the control document must name (default
+        #: $EPOCHAL_RUN_ID; None: stop requests are ignored)
+        self.run_id = run_id if run_id is not None else os.environ.get(RUN_ID_ENV) or None
+        #: set by `interrupt` (a signal handler or another thread): no further epoch commits
+        self.interrupted: str | None = None
+        self._wake = threading.Event()
+        self._in_tasks = False
 
     # -- one epoch ---------------------------------------------------------------------------
 
@@ -119,7 +128,13 @@ class EpochRunner:
         """Process and commit the next epoch; None when there is no new data, or when the
         control document pauses or stops the job (see `stopped_reason`)."""
         started = time.perf_counter()
+        if self.interrupted is not None:
+            self.stopped_reason = self.interrupted
+            return None
         control, _ = self.repo.read_control(self.branch)
+        if self.run_id is not None and stop_requested(control, self.run_id):
+            self.stopped_reason = "stop requested"
+            return None
         expected, parent_id, parent = self._parent()
         last_epoch = 0 if parent is None else parent.epoch
         stop_after = control.get("stop_after_epoch")
@@ -163,7 +178,21 @@ class EpochRunner:
             driver_pid=os.getpid(),
             compaction_ratio=self.compaction_ratio,
         )
-        results = self._run_tasks(plan, splits)
+        try:
+            self._in_tasks = True
+            if self.interrupted is None:
+                results = self._run_tasks(plan, splits)
+        except Exception:
+            if self.interrupted is None:
+                raise
+            log.info("epoch %d: Spark job ended after %s", epoch, self.interrupted, exc_info=True)
+        finally:
+            self._in_tasks = False
+        if self.interrupted is not None:
+            # Never start a commit after an interrupt: the epoch is abandoned, its objects
+            # (if any were written) stay unreferenced, and a restart replans it.
+            self.stopped_reason = f"{self.interrupted}: epoch {epoch} abandoned before its commit"
+            return None
         maybe_crash(self.crash, "after_chunks", epoch)
         maybe_crash(self.crash, "after_outputs", epoch)
         key_groups = {} if parent is None else dict(parent.key_groups)
@@ -293,22 +322,56 @@ class EpochRunner:
         threading.Thread(target=send, name="epochal-notify", daemon=True).start()
         maybe_crash(self.crash, "mid_notify", result.epoch)
 
+    # -- stopping ----------------------------------------------------------------------------
+
+    def interrupt(self, reason: str) -> None:
+        """Stop at the next epoch boundary without committing anything more (safe to call from
+        a signal handler or another thread).
+
+        An epoch whose Spark job is running is abandoned: its jobs are cancelled and nothing
+        is committed; an epoch already committing (manifest written, CAS under way) finishes,
+        since the CAS is the only commit point. `run_epoch` then returns None with
+        `stopped_reason` naming `reason`."""
+        self.interrupted = reason
+        self._wake.set()
+        if self._in_tasks:
+            threading.Thread(target=self._cancel_jobs, name="epochal-cancel", daemon=True).start()
+
+    def _cancel_jobs(self) -> None:
+        try:
+            self.spark.sparkContext.cancelAllJobs()
+        except Exception:  # the JVM may already be gone (the signal reached it too)
+            log.debug("cancelling the epoch's Spark jobs failed", exc_info=True)
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`; returns early (True) when interrupted."""
+        return self._wake.wait(seconds) or self.interrupted is not None
+
     # -- the loop ----------------------------------------------------------------------------
 
-    def run(self, max_epochs: int | None = None) -> list[EpochResult]:
-        """Run epochs until the source has no new data, the control document says stop, or
-        `max_epochs` epochs committed. A paused job waits (polling the control document)."""
+    def run(self, max_epochs: int | None = None, *, follow: bool = False) -> list[EpochResult]:
+        """Run epochs until the source has no new data, the control document says stop, the
+        runner is interrupted, or `max_epochs` epochs committed. A paused job waits (polling
+        the control document); with `follow` a job without new data waits for it too,
+        polling every `poll_interval_s`."""
         results: list[EpochResult] = []
         while max_epochs is None or len(results) < max_epochs:
             result = self.run_epoch()
             if result is not None:
                 results.append(result)
                 continue
-            if self.stopped_reason == "paused":
-                time.sleep(self.poll_interval_s)
+            if self.should_wait(follow=follow):
+                self.wait(self.poll_interval_s)
                 continue
             break
         return results
+
+    def should_wait(self, *, follow: bool) -> bool:
+        """After `run_epoch` returned None: poll again (paused, or following a source that
+        has no new data yet) rather than stop."""
+        if self.interrupted is not None:
+            return False
+        return self.stopped_reason == "paused" or (follow and self.stopped_reason == "no new data")
 
 
 def _applied(control: dict[str, Any], parallelism: int) -> dict[str, Any]:

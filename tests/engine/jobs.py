@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -11,9 +13,10 @@ import pyarrow.parquet as pq
 
 from runners.engine import EpochContext, Job, KeyedState, sources
 from runners.engine import aggregations as agg
-from runners.engine.sources import Generator, write_parquet_file
+from runners.engine.sources import Generator, Split, SplitData, write_parquet_file
 
 DATA_ENV = "EPOCHAL_TEST_DATA"
+SLOW_ENV = "EPOCHAL_TEST_SLOW_S"
 AGGREGATES = [agg.count(), agg.sum("value"), agg.max("value"), agg.min("value"), agg.last("value")]
 
 
@@ -39,6 +42,26 @@ def aggregate_job(directory: str, **overrides: Any) -> Job:
 def crash_job() -> Job:
     """The crash-matrix job: its input directory comes from the environment."""
     return aggregate_job(os.environ[DATA_ENV])
+
+
+@dataclass
+class SlowParquet(sources.ParquetDirectory):
+    """A Parquet directory whose reads take `delay_s` longer (to signal a job mid-epoch)."""
+
+    delay_s: float = 0.0
+
+    def read(self, split: Split) -> SplitData:
+        time.sleep(self.delay_s)
+        return super().read(split)
+
+
+def slow_job() -> Job:
+    """The crash job reading through `SlowParquet` (delay from $EPOCHAL_TEST_SLOW_S)."""
+    directory = os.environ[DATA_ENV]
+    source = SlowParquet(
+        directory, rows_per_split=700, delay_s=float(os.environ.get(SLOW_ENV, "0"))
+    )
+    return aggregate_job(directory, source=source)
 
 
 def running_total(
