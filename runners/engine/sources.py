@@ -65,6 +65,11 @@ class Source(Protocol):
         """The records of one split (runs inside a Spark task)."""
         ...
 
+    def retained(self, offsets: Mapping[str, int]) -> str | None:
+        """None when the source can still replay from `offsets` (partition -> offset, as in a
+        manifest), else one sentence saying what is missing (e.g. a deleted file)."""
+        ...
+
 
 def end_offsets(committed: Mapping[str, int], splits: Sequence[Split]) -> dict[str, int]:
     """The offsets after an epoch: committed offsets advanced by the splits read."""
@@ -72,6 +77,27 @@ def end_offsets(committed: Mapping[str, int], splits: Sequence[Split]) -> dict[s
     for split in splits:
         result[split.partition] = max(result.get(split.partition, 0), split.end)
     return result
+
+
+def _files_retained(path: str, offsets: Mapping[str, int], unit: str, size: Any) -> str | None:
+    """What is missing to replay a file directory from `offsets` (None: nothing)."""
+    for file, offset in sorted(offsets.items()):
+        full = os.path.join(path, file)
+        if not os.path.exists(full):
+            return (
+                f"file {file} was deleted from {path} (the offsets had read {offset} {unit} "
+                "of it), so a replay from these offsets cannot re-read it"
+            )
+        try:
+            have = size(file)
+        except (OSError, pa.ArrowException) as exc:
+            return f"file {file} in {path} cannot be read any more ({exc})"
+        if have < offset:
+            return (
+                f"file {file} in {path} has {have} {unit} but the offsets had read {offset}: "
+                "it was truncated or replaced"
+            )
+    return None
 
 
 def _ranges(start: int, end: int, size: int) -> list[tuple[int, int]]:
@@ -133,6 +159,12 @@ class ParquetDirectory:
         table = pf.read_row_groups(groups, columns=columns, use_threads=False)
         base = first or 0
         return SplitData(table.slice(split.start - base, split.end - split.start))
+
+    def retained(self, offsets: Mapping[str, int]) -> str | None:
+        def rows(file: str) -> int:
+            return int(pq.read_metadata(os.path.join(self.path, file)).num_rows)
+
+        return _files_retained(self.path, offsets, "rows", rows)
 
 
 _JSON_TYPES: dict[str, pa.DataType] = {
@@ -241,6 +273,12 @@ class JsonLinesDirectory:
         table = pa.table({k: pa.array(v, type=types[k]) for k, v in columns.items()})
         return SplitData(table, dead)
 
+    def retained(self, offsets: Mapping[str, int]) -> str | None:
+        def size(file: str) -> int:
+            return os.path.getsize(os.path.join(self.path, file))
+
+        return _files_retained(self.path, offsets, "bytes", size)
+
 
 @dataclass
 class Generator:
@@ -283,6 +321,10 @@ class Generator:
         index = split.start // n
         table = self.block(index)
         return SplitData(table.slice(split.start - index * n, split.end - split.start))
+
+    def retained(self, offsets: Mapping[str, int]) -> str | None:
+        """Always None: every record can be generated again."""
+        return None
 
 
 def _write_atomic(path: str, write: Any) -> None:
