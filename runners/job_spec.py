@@ -7,6 +7,7 @@ spec (same `run_id`) finds the run it already created instead of starting a seco
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import uuid
@@ -124,6 +125,7 @@ class JobSpec:
     parallelism: int
     max_epochs: int | None = None
     follow: bool = False
+    job_args: Mapping[str, Any] = field(default_factory=dict)
     resources: Resources = field(default_factory=Resources)
     image: str | None = None
     service_account: str | None = None
@@ -164,6 +166,15 @@ class JobSpec:
             raise JobSpecError(f"spark_conf keys must start with 'spark.', got {sorted(bad)}")
         if any(not isinstance(v, str) for v in self.spark_conf.values()):
             raise JobSpecError("spark_conf values must be strings")
+        if not isinstance(self.job_args, Mapping) or not all(
+            isinstance(k, str) for k in self.job_args
+        ):
+            raise JobSpecError("job_args must be an object with string keys")
+        try:
+            json.dumps(dict(self.job_args))
+        except (TypeError, ValueError) as exc:
+            raise JobSpecError(f"job_args must be plain JSON: {exc}") from None
+        object.__setattr__(self, "job_args", dict(self.job_args))
         object.__setattr__(self, "node_selector", dict(self.node_selector))
         object.__setattr__(self, "spark_conf", dict(self.spark_conf))
         object.__setattr__(self, "tolerations", tuple(self.tolerations))
@@ -187,6 +198,8 @@ class JobSpec:
             args += ["--max-epochs", str(self.max_epochs)]
         if self.follow:
             args.append("--follow")
+        if self.job_args:
+            args += ["--job-args", json.dumps(dict(self.job_args), sort_keys=True)]
         return args
 
     def to_dict(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import importlib
 import json
 import signal
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -30,13 +31,27 @@ from runners.engine.session import build_spark_session
 from snapshots_store import Repository
 
 
-def load_job(spec: str) -> Job:
-    """The job named by ``module:attr`` (a Job, or a callable returning one)."""
+def load_job(spec: str, job_args: Mapping[str, Any] | None = None) -> Job:
+    """The job named by ``module:attr``: a Job, or a callable returning one, called with
+    `job_args` as keyword arguments (e.g. ``{"directory": "/data/clicks"}``)."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise SystemExit(f"--job {spec!r}: expected module:attr")
-    value = getattr(importlib.import_module(module_name), attr)
-    job = value if isinstance(value, Job) else value()
+    try:
+        value = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise SystemExit(f"--job {spec!r} cannot be loaded: {exc}") from None
+    if isinstance(value, Job):
+        if job_args:
+            raise SystemExit(f"--job {spec!r} is a Job, not a factory: it takes no --job-args")
+        job = value
+    else:
+        try:
+            job = value(**dict(job_args or {}))
+        except TypeError as exc:
+            raise SystemExit(
+                f"--job {spec!r} rejected --job-args {dict(job_args or {})}: {exc}"
+            ) from None
     if not isinstance(job, Job):
         raise SystemExit(f"--job {spec!r} is not a Job (got {type(job).__name__})")
     return job
@@ -45,6 +60,9 @@ def load_job(spec: str) -> Job:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runners.engine.main")
     parser.add_argument("--job", required=True, help="module:attr of a Job")
+    parser.add_argument(
+        "--job-args", default="{}", help="JSON object of keyword arguments for a job factory"
+    )
     parser.add_argument("--store", required=True, help="store URL, e.g. file://var/store")
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--branch", default="main")
@@ -77,7 +95,13 @@ def main(argv: list[str] | None = None) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, on_signal)
-    job = load_job(args.job)
+    try:
+        job_args = json.loads(args.job_args)
+    except ValueError as exc:
+        parser.error(f"--job-args is not JSON: {exc}")
+    if not isinstance(job_args, dict):
+        parser.error("--job-args must be a JSON object")
+    job = load_job(args.job, job_args)
     repo = Repository.open(args.store, args.namespace)
     spark = build_spark_session(master=args.master, app_name=f"epochal-{job.name}")
     runner = EpochRunner(
