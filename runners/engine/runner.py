@@ -217,13 +217,16 @@ class EpochRunner:
         }
         commit_started = time.perf_counter()
         stats["process_s"] = round(commit_started - started, 6)
+        operation_id = _new_operation(control, parent)
         manifest = Manifest(
             branch=self.branch,
             epoch=epoch,
             parents=() if parent_id is None else (parent_id,),
             max_parallelism=m,
             parallelism=p,
-            kind="epoch",
+            # an epoch that runs at another parallelism than its parent is a visible rescale
+            kind="rescale" if parent is not None and p != parent.parallelism else "epoch",
+            operation_id=operation_id,
             key_groups=key_groups,
             outputs=outputs,
             offsets=offsets,
@@ -231,13 +234,23 @@ class EpochRunner:
             config_hash=self.job.config_hash,
             processing_time_ms=now_ms,
             stats=stats,
-            extra={"job": self.job.name, "control": _applied(control, p)},
+            extra={
+                "job": self.job.name,
+                "key": list(self.job.key_columns),
+                "control": _applied(control, p),
+            },
         )
         self.repo.write_manifest(manifest)
         maybe_crash(self.crash, "after_manifest", epoch)
         try:
             snapshot_id = self.repo.commit(
-                manifest, self.branch, expected_head=expected, reason=f"epoch {epoch}"
+                manifest,
+                self.branch,
+                expected_head=expected,
+                operation_id=operation_id,
+                reason=f"epoch {epoch}"
+                if manifest.kind == "epoch"
+                else f"epoch {epoch}, rescaled to p={p}",
             )
         except RefConflictError as exc:
             raise EngineError(
@@ -372,6 +385,21 @@ class EpochRunner:
         if self.interrupted is not None:
             return False
         return self.stopped_reason == "paused" or (follow and self.stopped_reason == "no new data")
+
+
+def _new_operation(control: dict[str, Any], parent: Manifest | None) -> str | None:
+    """The control document's operation id if this is the first commit to apply it (the
+    parent neither applied it nor was made by it), else None."""
+    op = control.get("operation_id")
+    if not isinstance(op, str) or not op:
+        return None
+    if parent is not None:
+        applied = parent.extra.get("control")
+        if parent.operation_id == op or (
+            isinstance(applied, dict) and applied.get("operation_id") == op
+        ):
+            return None
+    return op
 
 
 def _applied(control: dict[str, Any], parallelism: int) -> dict[str, Any]:
