@@ -90,9 +90,6 @@ def job_spec(job: Job, *, run_id: str, parallelism: int | None = None) -> JobSpe
     """The launch spec of one run of `job` (version config + job placement)."""
     version = job.version
     fields = _spec_fields(version.config)
-    job_args = fields.pop("job_args", None)
-    if job_args is not None and "job_args" in JobSpec.__dataclass_fields__:
-        fields["job_args"] = job_args
     try:
         return JobSpec(
             application=job.application.name,
