@@ -62,15 +62,36 @@ def lookup_key(table: pa.Table, key_columns: Sequence[str]) -> pa.Array:
     )
 
 
+def conform(state: pa.Table, schema: pa.Schema) -> pa.Table:
+    """State in the columns of `schema`: a missing column is null, an extra one is dropped.
+
+    This is how a new code version (fork) that adds or drops an aggregation, or a state
+    migration that added a column, meets the state written before it."""
+    if state.schema.equals(schema):
+        return state
+    columns = []
+    for f in schema:
+        if f.name in state.column_names:
+            columns.append(state.column(f.name).cast(f.type))
+        else:
+            columns.append(pa.nulls(state.num_rows, f.type))
+    return pa.Table.from_arrays(columns, schema=schema)
+
+
 def apply_delta(state: pa.Table, delta: pa.Table, key_columns: Sequence[str]) -> pa.Table:
-    """State after a delta: rows of keys in the delta are replaced (or removed when deleted)."""
+    """State after a delta: rows of keys in the delta are replaced (or removed when deleted).
+
+    The result has the delta's columns (the epoch that wrote it conformed the whole key group
+    to them), so a chain read from the store equals the state the epoch held in memory."""
     if delta.num_rows == 0:
         return state
     if state.num_rows:
         keep = pc.invert(pc.is_in(lookup_key(state, key_columns), lookup_key(delta, key_columns)))
         state = state.filter(keep)
     live = delta.filter(pc.invert(delta.column(DELETED))).drop_columns([DELETED])
-    return pa.concat_tables([state, live.select(state.schema.names)]) if state.num_rows else live
+    if not state.num_rows:
+        return live
+    return pa.concat_tables([conform(state, live.schema), live])
 
 
 @dataclass(frozen=True)

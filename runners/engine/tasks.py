@@ -334,20 +334,6 @@ def _load(plan: TaskPlan, kg: int, key_columns: Sequence[str]) -> chunks.KeyGrou
     return chunks.load_key_group(plan.repo(), chain, key_columns, None)
 
 
-def _conform(state: pa.Table, schema: pa.Schema) -> pa.Table:
-    """State in the current job's columns: a fork or new code version that adds an
-    aggregation starts it empty; one that drops an aggregation drops its column."""
-    if state.schema.equals(schema):
-        return state
-    columns = []
-    for f in schema:
-        if f.name in state.column_names:
-            columns.append(state.column(f.name).cast(f.type))
-        else:
-            columns.append(pa.nulls(state.num_rows, f.type))
-    return pa.Table.from_arrays(columns, schema=schema)
-
-
 def _reduce_aggregate(
     plan: TaskPlan, partial: pa.Table, writer: _Writer
 ) -> list[tuple[str, int, int]]:
@@ -363,7 +349,7 @@ def _reduce_aggregate(
             old = chunks.empty_state(part.schema)
             delta = chunks.with_deleted(part)
         else:
-            state = _conform(old.table, part.schema)
+            state = chunks.conform(old.table, part.schema)
             idx = pc.index_in(
                 chunks.lookup_key(part, keys), value_set=chunks.lookup_key(state, keys)
             )
