@@ -127,7 +127,9 @@ def publish_output(repo: Repository, branch: str, connection: Any, table: str) -
     connection.commit()
     inserted = 0
     for sid, manifest in reversed(chain):
-        if (manifest.epoch, sid) in published:
+        if (manifest.epoch, sid) in published or not manifest.outputs:
+            # no outputs: a fork / rollback / rescale / migration commit shares its parent's
+            # epoch number and adds nothing (the epoch's rows belong to the parent)
             continue
         rows = [
             t.drop_columns([EPOCH]).to_pylist()

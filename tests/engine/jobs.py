@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import pickle
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from runners.engine import EpochContext, Job, KeyedState, sources
@@ -76,6 +78,36 @@ def running_total(
     total.set(total.get(0) + sum(values))
     high.set(max([high.get(values[0]), *values]))
     yield {"key": key, "count": count.get(), "sum_value": total.get(), "max_value": high.get()}
+
+
+def running_total_v2(
+    key: Any, records: list[dict[str, Any]], state: KeyedState, ctx: EpochContext
+) -> Iterable[dict[str, Any]]:
+    """`running_total` after a state migration renamed its state "sum" to "total"."""
+    count = state.value("count")
+    total = state.value("total")
+    high = state.value("max")
+    values = [r["value"] for r in records]
+    count.set(count.get(0) + len(values))
+    total.set(total.get(0) + sum(values))
+    high.set(max([high.get(values[0]), *values]))
+    yield {"key": key, "count": count.get(), "sum_value": total.get(), "max_value": high.get()}
+
+
+def rename_sum_to_total(table: pa.Table) -> pa.Table:
+    """State migration for `running_total` -> `running_total_v2` (pickled per-key states)."""
+    payloads = []
+    for raw in table.column("_state").to_pylist():
+        entries = pickle.loads(raw)
+        entries["total"] = entries.pop("sum")
+        payloads.append(pickle.dumps(entries, protocol=5))
+    index = table.schema.get_field_index("_state")
+    return table.set_column(index, "_state", pa.array(payloads, pa.binary()))
+
+
+def add_note(table: pa.Table) -> pa.Table:
+    """State migration adding a constant column."""
+    return table.append_column("note", pa.array(["migrated"] * table.num_rows, pa.string()))
 
 
 def reference_output(directory: str) -> pd.DataFrame:
