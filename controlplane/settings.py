@@ -31,6 +31,11 @@ INSTALLED_APPS = [
     "controlplane.jobs",
     "controlplane.operations",
     "controlplane.audit",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "controlplane.api",
     "web",
 ]
 
@@ -132,6 +137,48 @@ EPOCHAL_GC_RETENTION_DAYS = float(config.env("EPOCHAL_GC_RETENTION_DAYS", "7"))
 EPOCHAL_STORE_URL = config.store_url()
 EPOCHAL_RUNNER = config.runner()
 EPOCHAL_SPARK_MASTER = config.spark_master()
+
+# REST API (controlplane/api, docs/api.md)
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Token first: its WWW-Authenticate header makes anonymous requests 401, not 403.
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.HasRole"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_RENDERER_CLASSES": [
+        "rest_framework.renderers.JSONRenderer",
+        "rest_framework.renderers.BrowsableAPIRenderer",
+    ],
+    "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
+    "DEFAULT_SCHEMA_CLASS": "controlplane.api.schema.ApiAutoSchema",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Epochal API",
+    "DESCRIPTION": "Jobs, operations, snapshot lineage and audit of the Epochal control plane. "
+    "See docs/api.md.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["controlplane.api.permissions.IsViewer"],
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": "/api/",
+    "ENUM_NAME_OVERRIDES": {
+        "JobStateEnum": "controlplane.jobs.models.JobState",
+        "RunPhaseEnum": "controlplane.jobs.models.RunPhase",
+        "OperationStateEnum": "controlplane.operations.models.OperationState",
+        "OperationKindEnum": "controlplane.operations.models.OperationKind",
+        "CommitKindEnum": "controlplane.lineage.models.COMMIT_KINDS",
+    },
+}
+EPOCHAL_AUDIT_READS = config.env_bool("EPOCHAL_AUDIT_READS", False)
+EPOCHAL_API_RATE = config.env("EPOCHAL_API_RATE", "100000/hour")
+EPOCHAL_METRICS_TOKEN = config.env("EPOCHAL_METRICS_TOKEN", "")
+EPOCHAL_METRICS_COMMIT_WINDOW = int(config.env("EPOCHAL_METRICS_COMMIT_WINDOW", "500"))
 
 LOGGING = {
     "version": 1,

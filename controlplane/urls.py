@@ -3,7 +3,11 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from controlplane.api.metrics import MetricsView
+
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/", include("controlplane.api.urls")),
+    path("metrics", MetricsView.as_view(), name="metrics"),
     path("", include("web.urls")),
 ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from controlplane.applications.errors import UnknownApplicationError
-from controlplane.applications.models import Application
+from django.db.models import QuerySet
+
+from controlplane.applications.errors import UnknownApplicationError, UnknownVersionError
+from controlplane.applications.models import Application, ApplicationVersion
 
 
 def application_get(*, name: str) -> Application:
@@ -16,3 +18,30 @@ def application_get(*, name: str) -> Application:
 
 def application_list() -> list[Application]:
     return list(Application.objects.order_by("name"))
+
+
+# -- versions (added for the REST API) -------------------------------------------------------
+
+
+def version_list(*, application: Application) -> QuerySet[ApplicationVersion]:
+    """The application's versions, oldest first."""
+    return ApplicationVersion.objects.filter(application=application).select_related(
+        "application", "parent", "created_by"
+    )
+
+
+def version_get(*, application: Application, number: int) -> ApplicationVersion:
+    """Version `number` of `application`; UnknownVersionError otherwise."""
+    version = version_list(application=application).filter(number=number).first()
+    if version is None:
+        raise UnknownVersionError(application.name, number)
+    return version
+
+
+def version_latest(*, application: Application) -> ApplicationVersion | None:
+    return version_list(application=application).order_by("-number").first()
+
+
+def application_queryset() -> QuerySet[Application]:
+    """Every application by name, as a queryset (for keyset pagination)."""
+    return Application.objects.order_by("name")

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from controlplane.applications.models import Application
+from collections.abc import Mapping
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from controlplane.applications.models import Application, ApplicationVersion
+from controlplane.errors import Conflict, InvalidRequest
 
 
 def application_create(
@@ -15,3 +23,49 @@ def application_create(
     application.full_clean()
     application.save()
     return application
+
+
+def version_create(
+    *,
+    application: Application,
+    job: str,
+    code_version: str = "",
+    config: Mapping[str, Any] | None = None,
+    reason: str = "",
+    created_by: AbstractBaseUser | None = None,
+) -> ApplicationVersion:
+    """Add the next version of `application` (InvalidRequest when its config cannot launch)."""
+    from controlplane.jobs.services import version_config_errors
+
+    config = dict(config or {})
+    errors = version_config_errors(config)
+    if errors:
+        raise InvalidRequest("config cannot be launched", fields=errors)
+    for _ in range(5):
+        number = (
+            ApplicationVersion.objects.filter(application=application)
+            .order_by("-number")
+            .values_list("number", flat=True)
+            .first()
+            or 0
+        ) + 1
+        version = ApplicationVersion(
+            application=application,
+            number=number,
+            job=job,
+            code_version=code_version,
+            config=config,
+            reason=reason,
+            created_by=created_by,
+        )
+        try:
+            version.full_clean(validate_constraints=False)
+        except ValidationError as exc:
+            raise InvalidRequest("invalid version", fields=exc.message_dict) from None
+        try:
+            with transaction.atomic():
+                version.save()
+            return version
+        except IntegrityError:
+            continue  # another writer took this number
+    raise Conflict(f"could not number a new version of {application.name}; retry")

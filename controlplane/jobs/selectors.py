@@ -34,3 +34,21 @@ def job_live_runs(job: Job) -> list[Run]:
 
 def job_current_run(job: Job) -> Run | None:
     return job.runs.order_by("-created_at").first()
+
+
+# -- added for the REST API -----------------------------------------------------------------
+
+
+def job_run_list(job: Job) -> QuerySet[Run]:
+    """The job's runs, newest first."""
+    return job.runs.select_related("operation").order_by("-created_at", "-id")
+
+
+def job_run_get(job: Job, *, run_id: str) -> Run:
+    run = job.runs.filter(run_id=run_id).first()
+    if run is None:
+        raise NotFound(
+            f"job {job.name} has no run {run_id!r}; list them with GET /api/jobs/{job.name}/runs/",
+            code="run_not_found",
+        )
+    return run

@@ -1,0 +1,68 @@
+"""Writes for users: create one with a role, change a role, issue an API token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.password_validation import validate_password
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, transaction
+
+from controlplane.accounts.roles import ROLES, assign_role
+from controlplane.errors import Conflict, InvalidRequest
+
+
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise InvalidRequest(
+            f"role must be one of {list(ROLES)}, not {role!r}",
+            fields={"role": [f"one of {list(ROLES)}"]},
+        )
+
+
+def user_create(*, username: str, role: str, password: str | None = None, email: str = "") -> Any:
+    """A new active user with `role`; without a password the user can only use API tokens."""
+    _check_role(role)
+    model = get_user_model()
+    user = model(username=username, email=email)
+    if password:
+        try:
+            validate_password(password, user)
+        except ValidationError as exc:
+            raise InvalidRequest(
+                "the password is too weak", fields={"password": list(exc.messages)}
+            ) from None
+        user.set_password(password)
+    else:
+        user.set_unusable_password()
+    try:
+        with transaction.atomic():
+            user.save()
+            assign_role(user, role)
+    except IntegrityError:
+        raise Conflict(f"a user named {username!r} exists already", code="user_exists") from None
+    return user
+
+
+def user_update(*, user: Any, role: str | None = None, is_active: bool | None = None) -> Any:
+    """Change a user's role and/or whether they may sign in."""
+    with transaction.atomic():
+        if role is not None:
+            _check_role(role)
+            assign_role(user, role)
+        if is_active is not None and is_active != user.is_active:
+            user.is_active = is_active
+            user.save(update_fields=["is_active"])
+    return user
+
+
+def user_token(*, user: Any, rotate: bool = False) -> str:
+    """The user's API token (created on first use; `rotate` replaces it)."""
+    from rest_framework.authtoken.models import Token
+
+    with transaction.atomic():
+        if rotate:
+            Token.objects.filter(user=user).delete()
+        token, _ = Token.objects.get_or_create(user=user)
+    return str(token.key)

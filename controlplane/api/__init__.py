@@ -1,0 +1,1 @@
+"""The REST API (`/api/`): thin DRF views over the control plane's services and selectors."""

@@ -1,0 +1,100 @@
+"""The base of every API view: role check, throttling, request audit.
+
+Every mutating request and every refused one (401/403) is written to the audit log with
+who, what (method and route), the target (path), the status code and an outcome; reads are
+recorded too when `EPOCHAL_AUDIT_READS=true`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.conf import settings
+from rest_framework.permissions import SAFE_METHODS
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
+from rest_framework.views import APIView
+
+from controlplane.accounts.roles import ADMIN, VIEWER
+from controlplane.api.permissions import HasRole
+from controlplane.audit.services import audit_request
+
+_CONVERTER = re.compile(r"<(?:\w+:)?(\w+)>")
+
+
+def outcome_of(status_code: int) -> str:
+    if status_code == 202:
+        return "accepted"
+    if status_code < 400:
+        return "ok"
+    return {
+        401: "unauthenticated",
+        403: "forbidden",
+        404: "not-found",
+        409: "conflict",
+        429: "throttled",
+    }.get(status_code, "error" if status_code >= 500 else "rejected")
+
+
+def audit_api_request(request: Any, response: Any, *, source: str = "api") -> None:
+    """Record `request` when it mutates, was refused, or reads are audited."""
+    method = request.method or ""
+    status_code = int(response.status_code)
+    refused = status_code in (401, 403)
+    if method in SAFE_METHODS and not refused and not settings.EPOCHAL_AUDIT_READS:
+        return
+    match = getattr(request, "resolver_match", None)
+    route = match.route if match is not None and match.route else request.path
+    route = _CONVERTER.sub(r"{\1}", route)
+    try:
+        user = request.user
+    except Exception:  # authentication itself failed: the request is anonymous
+        user = None
+    operation = getattr(request, "_epochal_operation", None)
+    detail: dict[str, Any] = {}
+    if user is not None and getattr(user, "is_authenticated", False) and not hasattr(user, "_meta"):
+        detail["actor"] = user.get_username()  # e.g. the metrics scraper's token: no user row
+        user = None
+    if status_code >= 400 and isinstance(getattr(response, "data", None), dict):
+        error = response.data.get("error")
+        if isinstance(error, dict):
+            detail = {"code": error.get("code"), "message": str(error.get("message"))[:500]}
+    audit_request(
+        user=user,
+        action=f"{method} /{route.lstrip('/')}",
+        target=request.path,
+        status_code=status_code,
+        outcome=outcome_of(status_code),
+        source=source,
+        operation=operation,
+        detail=detail,
+    )
+
+
+class ApiThrottle(UserRateThrottle):
+    """Requests per authenticated user (or per address), `EPOCHAL_API_RATE` (e.g. 6000/min)."""
+
+    def get_rate(self) -> str | None:
+        return str(settings.EPOCHAL_API_RATE) or None
+
+
+class ApiView(APIView):
+    """Views set `read_role` / `write_role`; handlers stay thin (parse, call, render)."""
+
+    permission_classes = [HasRole]
+    throttle_classes = [ApiThrottle]
+    read_role: str = VIEWER
+    write_role: str = ADMIN
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        audit_api_request(request, response)
+        return response
+
+    def remember_operation(self, operation: Any) -> None:
+        """Link this request's audit entry to `operation`."""
+        self.request._epochal_operation = operation  # type: ignore[attr-defined]

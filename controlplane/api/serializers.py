@@ -1,0 +1,377 @@
+"""Input parsing and output rendering only: no queries beyond what the instance already holds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from controlplane.accounts.roles import ROLES, user_role
+from controlplane.applications.models import (
+    JOB_REFERENCE_PATTERN,
+    MAX_PARALLELISM_LIMIT,
+    NAME_PATTERN,
+)
+from controlplane.jobs.models import DesiredState, JobState, RunPhase
+from controlplane.lineage.models import COMMIT_KINDS
+from controlplane.operations.models import OperationKind, OperationState
+from controlplane.operations.registry import SPECS
+
+
+def absolute(request: Any, name: str, *args: Any) -> str:
+    path = reverse(f"api:{name}", args=args)
+    return request.build_absolute_uri(path) if request is not None else path
+
+
+class ContextSerializer(serializers.Serializer):
+    @property
+    def request(self) -> Any:
+        return self.context.get("request")
+
+
+# -- applications and versions --------------------------------------------------------------
+
+
+class ApplicationSerializer(ContextSerializer):
+    name = serializers.CharField()
+    url = serializers.SerializerMethodField()
+    store_namespace = serializers.CharField()
+    max_parallelism = serializers.IntegerField()
+    description = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+    def get_url(self, obj: Any) -> str:
+        return absolute(self.request, "application-detail", obj.name)
+
+
+class ApplicationCreateSerializer(serializers.Serializer):
+    name = serializers.RegexField(NAME_PATTERN, max_length=100)
+    store_namespace = serializers.RegexField(
+        NAME_PATTERN, max_length=100, required=False, help_text="Defaults to the name."
+    )
+    max_parallelism = serializers.IntegerField(
+        min_value=1, max_value=MAX_PARALLELISM_LIMIT, default=128
+    )
+
+
+class VersionSerializer(ContextSerializer):
+    number = serializers.IntegerField()
+    url = serializers.SerializerMethodField()
+    application = serializers.CharField(source="application.name")
+    job = serializers.CharField(help_text="The job reference module:attr the version runs.")
+    code_version = serializers.CharField()
+    config = serializers.DictField()
+    source_snapshot_id = serializers.CharField(help_text="Set on versions made by a fork.")
+    parent = serializers.IntegerField(source="parent.number", allow_null=True, default=None)
+    reason = serializers.CharField()
+    created_by = serializers.CharField(source="created_by.username", allow_null=True, default=None)
+    created_at = serializers.DateTimeField()
+
+    def get_url(self, obj: Any) -> str:
+        return absolute(self.request, "version-detail", obj.application.name, obj.number)
+
+
+class VersionCreateSerializer(serializers.Serializer):
+    job = serializers.RegexField(
+        JOB_REFERENCE_PATTERN, max_length=255, help_text="module:attr of the streaming job."
+    )
+    code_version = serializers.CharField(max_length=255, required=False, default="")
+    config = serializers.DictField(
+        required=False, default=dict, help_text="Launcher settings; see docs/api.md."
+    )
+    reason = serializers.CharField(required=False, default="", allow_blank=True)
+
+
+# -- lineage -------------------------------------------------------------------------------
+
+
+class SnapshotSummarySerializer(ContextSerializer):
+    snapshot_id = serializers.CharField()
+    url = serializers.SerializerMethodField()
+    branch = serializers.CharField()
+    epoch = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=COMMIT_KINDS)
+    parallelism = serializers.IntegerField()
+    max_parallelism = serializers.IntegerField()
+    code_version = serializers.CharField()
+    config_hash = serializers.CharField()
+    operation_id = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    generation = serializers.IntegerField()
+    parents = serializers.ListField(child=serializers.CharField(), source="parent_ids")
+
+    def get_url(self, obj: Any) -> str:
+        return absolute(
+            self.request, "snapshot-detail", self.context["application"], obj.snapshot_id
+        )
+
+
+class SnapshotDetailSerializer(SnapshotSummarySerializer):
+    offsets = serializers.DictField(child=serializers.DictField(child=serializers.IntegerField()))
+    stats = serializers.DictField(child=serializers.FloatField())
+    provenance = serializers.DictField(child=serializers.CharField())
+    manifest = serializers.SerializerMethodField(
+        help_text="Fields only the store holds (null when the store no longer has the manifest)."
+    )
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "nullable": True,
+            "properties": {
+                "key_groups": {"type": "integer", "description": "key groups with state"},
+                "state_chunks": {"type": "integer"},
+                "outputs": {"type": "array", "items": {"type": "string"}},
+                "processing_time_ms": {"type": "integer", "nullable": True},
+                "extra": {"type": "object", "additionalProperties": True},
+            },
+        }
+    )
+    def get_manifest(self, obj: Any) -> dict[str, Any] | None:
+        return self.context.get("manifest")
+
+
+class KeyGroupChangeSerializer(serializers.Serializer):
+    key_group = serializers.IntegerField()
+    old_chunks = serializers.ListField(child=serializers.CharField())
+    new_chunks = serializers.ListField(child=serializers.CharField())
+    old_size = serializers.IntegerField(allow_null=True)
+    new_size = serializers.IntegerField(allow_null=True)
+
+
+class OffsetChangeSerializer(serializers.Serializer):
+    source = serializers.CharField()
+    partition = serializers.CharField()
+    old = serializers.IntegerField(allow_null=True)
+    new = serializers.IntegerField(allow_null=True)
+    advanced = serializers.IntegerField()
+
+
+class SnapshotDiffSerializer(serializers.Serializer):
+    old = serializers.CharField(allow_null=True, help_text="null: compared with nothing (a root).")
+    new = serializers.CharField()
+    added = KeyGroupChangeSerializer(many=True)
+    changed = KeyGroupChangeSerializer(many=True)
+    removed = KeyGroupChangeSerializer(many=True)
+    offsets = OffsetChangeSerializer(many=True)
+    parallelism = serializers.ListField(child=serializers.IntegerField())
+    max_parallelism = serializers.ListField(child=serializers.IntegerField())
+    outputs_added = serializers.ListField(child=serializers.CharField())
+    outputs_removed = serializers.ListField(child=serializers.CharField())
+
+
+class BranchSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    head = serializers.CharField(source="head.snapshot_id", allow_null=True, default=None)
+    head_epoch = serializers.IntegerField(source="head.epoch", allow_null=True, default=None)
+    reflog_seq = serializers.IntegerField()
+
+
+class TagSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    target = serializers.CharField(source="target.snapshot_id", allow_null=True, default=None)
+    target_epoch = serializers.IntegerField(source="target.epoch", allow_null=True, default=None)
+    reflog_seq = serializers.IntegerField()
+
+
+class GraphEdgeSerializer(serializers.Serializer):
+    child = serializers.CharField()
+    parent = serializers.CharField()
+    position = serializers.IntegerField()
+
+
+# -- jobs and runs -----------------------------------------------------------------------------
+
+
+class RunSerializer(serializers.Serializer):
+    run_id = serializers.CharField()
+    runner = serializers.CharField()
+    parallelism = serializers.IntegerField()
+    phase = serializers.ChoiceField(choices=RunPhase.choices)
+    reason = serializers.CharField()
+    operation = serializers.UUIDField(source="operation_id", allow_null=True)
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+
+class JobSerializer(ContextSerializer):
+    name = serializers.CharField()
+    url = serializers.SerializerMethodField()
+    application = serializers.CharField(source="application.name")
+    version = serializers.IntegerField(source="version.number")
+    branch = serializers.CharField()
+    parallelism = serializers.IntegerField()
+    runner = serializers.CharField(source="effective_runner")
+    state = serializers.ChoiceField(choices=JobState.choices)
+    desired_state = serializers.ChoiceField(choices=DesiredState.choices)
+    status_reason = serializers.CharField()
+    restarts = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def get_url(self, obj: Any) -> str:
+        return absolute(self.request, "job-detail", obj.name)
+
+
+class JobCreateSerializer(serializers.Serializer):
+    name = serializers.RegexField(NAME_PATTERN, max_length=100)
+    application = serializers.CharField(max_length=100)
+    version = serializers.IntegerField(
+        min_value=1, required=False, help_text="Version number; default: the newest."
+    )
+    branch = serializers.CharField(max_length=255, default="main")
+    parallelism = serializers.IntegerField(min_value=1, max_value=MAX_PARALLELISM_LIMIT, default=2)
+    runner = serializers.ChoiceField(choices=["", "local", "kubernetes"], default="")
+    follow = serializers.BooleanField(default=True)
+    max_restarts = serializers.IntegerField(min_value=0, max_value=1000, default=5)
+    restart_backoff_s = serializers.IntegerField(min_value=0, max_value=86400, default=10)
+
+
+class LogsSerializer(serializers.Serializer):
+    run_id = serializers.CharField(allow_null=True)
+    tail = serializers.IntegerField()
+    text = serializers.CharField()
+
+
+# -- operations ------------------------------------------------------------------------------
+
+
+class PhaseSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    state = serializers.CharField()
+    started_at = serializers.CharField(allow_null=True)
+    finished_at = serializers.CharField(allow_null=True)
+    progress = serializers.FloatField()
+    detail = serializers.CharField(allow_blank=True)
+
+
+class OperationErrorSerializer(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class OperationSerializer(ContextSerializer):
+    id = serializers.UUIDField()
+    url = serializers.SerializerMethodField()
+    kind = serializers.ChoiceField(choices=OperationKind.choices)
+    application = serializers.CharField(source="application.name")
+    job = serializers.CharField(source="job.name", allow_null=True, default=None)
+    state = serializers.ChoiceField(choices=OperationState.choices)
+    params = serializers.DictField()
+    reason = serializers.CharField()
+    requested_by = serializers.CharField(
+        source="requested_by.username", allow_null=True, default=None
+    )
+    requested_via = serializers.CharField()
+    phases = PhaseSerializer(many=True)
+    current_phase = serializers.CharField()
+    progress = serializers.FloatField()
+    result = serializers.DictField()
+    error = serializers.SerializerMethodField()
+    cancel_requested = serializers.BooleanField()
+    attempts = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    duration_s = serializers.FloatField(allow_null=True)
+
+    def get_url(self, obj: Any) -> str:
+        return absolute(self.request, "operation-detail", obj.pk)
+
+    @extend_schema_field(OperationErrorSerializer(allow_null=True))
+    def get_error(self, obj: Any) -> dict[str, str] | None:
+        if not obj.error_code and not obj.error_message:
+            return None
+        return {"code": obj.error_code, "message": obj.error_message}
+
+
+class OperationRequestSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(
+        choices=OperationKind.choices,
+        help_text="; ".join(f"`{k}`: {SPECS[k].summary}" for k in sorted(SPECS)),
+    )
+    params = serializers.DictField(
+        required=False, default=dict, help_text="The kind's parameters; see docs/api.md."
+    )
+    reason = serializers.CharField(required=False, default="", allow_blank=True, max_length=2000)
+
+
+class JobDetailSerializer(JobSerializer):
+    """A job with its newest run, its active operation and its branch head (from the index);
+    the view passes those three in the context."""
+
+    current_run = serializers.SerializerMethodField()
+    active_operation = serializers.SerializerMethodField()
+    head = serializers.SerializerMethodField()
+
+    @extend_schema_field(RunSerializer(allow_null=True))
+    def get_current_run(self, obj: Any) -> Any:
+        run = self.context.get("current_run")
+        return None if run is None else RunSerializer(run).data
+
+    @extend_schema_field(OperationSerializer(allow_null=True))
+    def get_active_operation(self, obj: Any) -> Any:
+        op = self.context.get("active_operation")
+        return None if op is None else OperationSerializer(op, context=self.context).data
+
+    @extend_schema_field(SnapshotSummarySerializer(allow_null=True))
+    def get_head(self, obj: Any) -> Any:
+        head = self.context.get("head")
+        return None if head is None else SnapshotSummarySerializer(head, context=self.context).data
+
+
+# -- audit and users ---------------------------------------------------------------------------
+
+
+class AuditEntrySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    at = serializers.DateTimeField()
+    kind = serializers.CharField()
+    actor = serializers.CharField(source="actor_name")
+    action = serializers.CharField()
+    target = serializers.CharField()
+    outcome = serializers.CharField()
+    status_code = serializers.IntegerField(allow_null=True)
+    operation = serializers.UUIDField(source="operation_id", allow_null=True)
+    source = serializers.CharField()
+    detail = serializers.DictField()
+
+
+class UserSerializer(ContextSerializer):
+    username = serializers.CharField()
+    url = serializers.SerializerMethodField()
+    email = serializers.CharField()
+    role = serializers.SerializerMethodField()
+    is_active = serializers.BooleanField()
+    date_joined = serializers.DateTimeField()
+    last_login = serializers.DateTimeField(allow_null=True)
+
+    def get_url(self, obj: Any) -> str:
+        return absolute(self.request, "user-detail", obj.username)
+
+    @extend_schema_field(
+        {"type": "string", "enum": list(ROLES), "nullable": True}  # type: ignore[dict-item]
+    )
+    def get_role(self, obj: Any) -> str | None:
+        return user_role(obj)
+
+
+class UserCreateSerializer(serializers.Serializer):
+    username = serializers.RegexField(r"^[\w.@+-]{1,150}$")
+    role = serializers.ChoiceField(choices=list(ROLES))
+    email = serializers.EmailField(required=False, default="")
+    password = serializers.CharField(
+        required=False, write_only=True, help_text="Omit for a token-only user."
+    )
+
+
+class UserUpdateSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=list(ROLES), required=False)
+    is_active = serializers.BooleanField(required=False)
+
+
+ANY_JSON = OpenApiTypes.OBJECT

@@ -1,0 +1,149 @@
+"""Jobs: list, create, one (with its current run, active operation and head), runs, logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.accounts.roles import OPERATOR
+from controlplane.api.base import ApiView
+from controlplane.api.pagination import PAGE_PARAMETERS, KeysetPagination, page_of
+from controlplane.api.schema import error
+from controlplane.api.serializers import (
+    JobCreateSerializer,
+    JobDetailSerializer,
+    JobSerializer,
+    LogsSerializer,
+    RunSerializer,
+)
+from controlplane.applications.selectors import application_get, version_get, version_latest
+from controlplane.errors import InvalidRequest
+from controlplane.jobs import selectors, services
+from controlplane.jobs.models import JobState
+from controlplane.lineage.errors import UnknownRevisionError
+from controlplane.lineage.selectors import snapshot_get
+from controlplane.operations.selectors import operation_active_for_job
+
+TAGS = ["jobs"]
+MAX_LOG_LINES = 5000
+
+
+class JobListView(ApiView):
+    write_role = OPERATOR
+
+    @extend_schema(
+        tags=TAGS,
+        parameters=[
+            OpenApiParameter("application", str, description="Only this application's jobs."),
+            OpenApiParameter("state", str, enum=list(JobState.values)),
+            *PAGE_PARAMETERS,
+        ],
+        responses={200: page_of(JobSerializer, "JobPage")},
+    )
+    def get(self, request: Request) -> Response:
+        state = request.query_params.get("state") or None
+        if state is not None and state not in JobState.values:
+            raise InvalidRequest(
+                f"state must be one of {list(JobState.values)}",
+                fields={"state": [f"one of {list(JobState.values)}"]},
+            )
+        jobs = selectors.job_list(
+            application=request.query_params.get("application") or None, state=state
+        )
+        pages = KeysetPagination(ordering="name")
+        items = pages.page(jobs, request)
+        data = JobSerializer(items, many=True, context={"request": request}).data
+        return Response(pages.response_data(data))
+
+    @extend_schema(
+        tags=TAGS,
+        request=JobCreateSerializer,
+        responses={
+            201: JobSerializer,
+            404: error("Unknown application or version."),
+            409: error("The name or the application's branch has a job already."),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        body = JobCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        fields: dict[str, Any] = dict(body.validated_data)
+        application = application_get(name=fields.pop("application"))
+        number = fields.pop("version", None)
+        version = (
+            version_latest(application=application)
+            if number is None
+            else version_get(application=application, number=number)
+        )
+        if version is None:
+            raise InvalidRequest(
+                f"application {application.name} has no version yet; create one with "
+                f"POST /api/applications/{application.name}/versions/",
+                fields={"version": ["the application has no versions"]},
+                code="no_version",
+            )
+        job = services.job_create(
+            application=application, version=version, created_by=request.user, **fields
+        )
+        data = JobSerializer(job, context={"request": request}).data
+        return Response(data, status=201, headers={"Location": data["url"]})
+
+
+class JobDetailView(ApiView):
+    @extend_schema(tags=TAGS, responses={200: JobDetailSerializer})
+    def get(self, request: Request, name: str) -> Response:
+        job = selectors.job_get(name=name)
+        try:
+            head = snapshot_get(application=job.application, rev=f"heads/{job.branch}")
+        except UnknownRevisionError:
+            head = None
+        ctx = {
+            "request": request,
+            "application": job.application.name,
+            "current_run": selectors.job_current_run(job),
+            "active_operation": operation_active_for_job(job_id=job.pk),
+            "head": head,
+        }
+        return Response(JobDetailSerializer(job, context=ctx).data)
+
+
+class JobRunListView(ApiView):
+    @extend_schema(
+        tags=TAGS, parameters=PAGE_PARAMETERS, responses={200: page_of(RunSerializer, "RunPage")}
+    )
+    def get(self, request: Request, name: str) -> Response:
+        job = selectors.job_get(name=name)
+        pages = KeysetPagination(ordering=("-created_at", "-id"))
+        items = pages.page(selectors.job_run_list(job), request)
+        return Response(pages.response_data(RunSerializer(items, many=True).data))
+
+
+class JobLogsView(ApiView):
+    @extend_schema(
+        tags=TAGS,
+        summary="The last lines of a run's log (default: the current run)",
+        parameters=[
+            OpenApiParameter("run", str, description="A run id (default: the newest run)."),
+            OpenApiParameter("tail", int, description=f"Lines, 1..{MAX_LOG_LINES} (default 100)."),
+        ],
+        responses={200: LogsSerializer},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        job = selectors.job_get(name=name)
+        raw = request.query_params.get("tail") or "100"
+        tail = int(raw) if raw.isdigit() else 0
+        if not 1 <= tail <= MAX_LOG_LINES:
+            raise InvalidRequest(
+                f"tail must be an integer from 1 to {MAX_LOG_LINES}",
+                fields={"tail": [f"an integer from 1 to {MAX_LOG_LINES}"]},
+            )
+        run_id = request.query_params.get("run")
+        run = (
+            selectors.job_run_get(job, run_id=run_id) if run_id else selectors.job_current_run(job)
+        )
+        text = "" if run is None else services.run_logs(run, tail_lines=tail)
+        run_id = None if run is None else run.run_id
+        return Response(LogsSerializer({"run_id": run_id, "tail": tail, "text": text}).data)

@@ -1,0 +1,173 @@
+"""Branches, tags, snapshots (log, one, diff) and the lineage graph of an application."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.api.base import ApiView
+from controlplane.api.pagination import (
+    PAGE_PARAMETERS,
+    page_limit,
+    page_of,
+    page_response_data,
+    sequence_page,
+)
+from controlplane.api.schema import error
+from controlplane.api.serializers import (
+    BranchSerializer,
+    GraphEdgeSerializer,
+    SnapshotDetailSerializer,
+    SnapshotDiffSerializer,
+    SnapshotSummarySerializer,
+    TagSerializer,
+)
+from controlplane.applications.selectors import application_get
+from controlplane.errors import InvalidRequest
+from controlplane.lineage import selectors, store_reads
+
+TAGS = ["lineage"]
+
+
+def _flag(request: Request, name: str) -> bool:
+    raw = request.query_params.get(name, "false").lower()
+    if raw not in ("true", "false", "1", "0"):
+        raise InvalidRequest(f"{name} must be true or false", fields={name: ["true or false"]})
+    return raw in ("true", "1")
+
+
+class BranchListView(ApiView):
+    @extend_schema(
+        tags=TAGS,
+        parameters=PAGE_PARAMETERS,
+        responses={200: page_of(BranchSerializer, "BranchPage")},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        application = application_get(name=name)
+        items, cursor = sequence_page(request, selectors.branch_list(application=application))
+        data = BranchSerializer(items, many=True).data
+        return Response(page_response_data(request, data, cursor))
+
+
+class TagListView(ApiView):
+    @extend_schema(
+        tags=TAGS,
+        parameters=PAGE_PARAMETERS,
+        responses={200: page_of(TagSerializer, "TagPage")},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        application = application_get(name=name)
+        items, cursor = sequence_page(request, selectors.tag_list(application=application))
+        return Response(page_response_data(request, TagSerializer(items, many=True).data, cursor))
+
+
+class SnapshotLogView(ApiView):
+    @extend_schema(
+        tags=TAGS,
+        summary="History (log) of a branch, tag or snapshot, newest first",
+        parameters=[
+            OpenApiParameter(
+                "rev",
+                str,
+                description="Branch name, `heads/x`, `tags/y` or a 64-hex id (default `main`).",
+            ),
+            OpenApiParameter(
+                "first_parent",
+                OpenApiTypes.BOOL,
+                description="Follow only first parents (the branch's own line).",
+            ),
+            *PAGE_PARAMETERS,
+        ],
+        responses={
+            200: page_of(SnapshotSummarySerializer, "SnapshotPage"),
+            404: error("Unknown application or revision."),
+        },
+    )
+    def get(self, request: Request, name: str) -> Response:
+        application = application_get(name=name)
+        page = selectors.snapshot_log(
+            application=application,
+            rev=request.query_params.get("rev") or "main",
+            first_parent=_flag(request, "first_parent"),
+            limit=page_limit(request),
+            cursor=request.query_params.get("cursor") or None,
+        )
+        ctx = {"request": request, "application": application.name}
+        data = SnapshotSummarySerializer(page.snapshots, many=True, context=ctx).data
+        return Response(page_response_data(request, data, page.next_cursor))
+
+
+class SnapshotDetailView(ApiView):
+    @extend_schema(tags=TAGS, responses={200: SnapshotDetailSerializer})
+    def get(self, request: Request, name: str, snapshot_id: str) -> Response:
+        application = application_get(name=name)
+        snapshot = selectors.snapshot_get(application=application, rev=snapshot_id)
+        extras = store_reads.snapshot_manifest_extras(
+            application=application, snapshot_id=snapshot.snapshot_id
+        )
+        ctx = {"request": request, "application": application.name, "manifest": extras}
+        return Response(SnapshotDetailSerializer(snapshot, context=ctx).data)
+
+
+class SnapshotDiffView(ApiView):
+    @extend_schema(
+        tags=TAGS,
+        summary="What changed from the first parent (or `against`) to this snapshot",
+        parameters=[
+            OpenApiParameter(
+                "against", str, description="Any revision the store resolves (default: parent)."
+            )
+        ],
+        responses={200: SnapshotDiffSerializer, 502: error("The store could not be read.")},
+    )
+    def get(self, request: Request, name: str, snapshot_id: str) -> Response:
+        application = application_get(name=name)
+        snapshot = selectors.snapshot_get(application=application, rev=snapshot_id)
+        diff = store_reads.snapshot_diff(
+            application=application,
+            snapshot=snapshot,
+            against=request.query_params.get("against") or None,
+        )
+        return Response(SnapshotDiffSerializer(diff.to_dict()).data)
+
+
+class LineageGraphView(ApiView):
+    @extend_schema(
+        tags=TAGS,
+        summary="A page of the lineage graph: recently indexed snapshots, edges and refs",
+        parameters=PAGE_PARAMETERS,
+        responses={
+            200: inline_serializer(
+                "LineageGraphPage",
+                {
+                    "next": serializers.URLField(allow_null=True),
+                    "previous": serializers.URLField(allow_null=True),
+                    "results": SnapshotSummarySerializer(many=True),
+                    "edges": GraphEdgeSerializer(many=True),
+                    "refs": serializers.DictField(
+                        child=serializers.ListField(child=serializers.CharField()),
+                        help_text="snapshot id -> heads/… and tags/… pointing at it",
+                    ),
+                },
+            )
+        },
+    )
+    def get(self, request: Request, name: str) -> Response:
+        application = application_get(name=name)
+        page = selectors.lineage_graph_page(
+            application=application,
+            limit=page_limit(request, default=200),
+            cursor=request.query_params.get("cursor") or None,
+        )
+        ctx = {"request": request, "application": application.name}
+        data = page_response_data(
+            request,
+            SnapshotSummarySerializer(page.snapshots, many=True, context=ctx).data,
+            page.next_cursor,
+        )
+        data["edges"] = GraphEdgeSerializer(page.edges, many=True).data
+        data["refs"] = page.refs
+        return Response(data)
