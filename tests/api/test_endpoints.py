@@ -86,9 +86,7 @@ def test_job_create_and_detail_show_run_active_operation_and_head(
     assert logs == {"run_id": None, "tail": 10, "text": ""}
 
 
-def test_snapshot_log_pages_follow_the_branch_history(
-    lineage: Lineage, client_for: Client
-) -> None:
+def test_snapshot_log_pages_follow_the_branch_history(lineage: Lineage, client_for: Client) -> None:
     viewer = client_for("viewer")
     main = _all_pages(viewer, "/api/applications/clicks/snapshots/?rev=main&limit=2")
     assert [s["snapshot_id"] for s in main] == lineage.main[::-1]
