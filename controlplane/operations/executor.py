@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import signal
 import socket
 import threading
 import traceback
@@ -38,6 +39,23 @@ QUEUED = "queued"
 
 class LeaseLostError(Exception):
     """Another worker took the operation over (our lease expired); stop quietly."""
+
+
+CRASH_ENV = "EPOCHAL_OPERATION_CRASH_AT"
+
+
+def _maybe_crash(kind: str, phase: str, when: str) -> None:
+    """Fault injection for tests: ``EPOCHAL_OPERATION_CRASH_AT=<kind>:<phase>[:before|after]``
+    SIGKILLs the worker right before a phase runs or right after it acted but before its
+    success is recorded (default: after). Never set in production."""
+    raw = os.environ.get(CRASH_ENV, "")
+    if not raw:
+        return
+    parts = raw.split(":")
+    point = (parts[0], parts[1], parts[2] if len(parts) > 2 else "after")
+    if point == (kind, phase, when):
+        log.warning("%s=%s: killing this worker", CRASH_ENV, raw)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def worker_id() -> str:
@@ -202,7 +220,9 @@ def execute(operation_id: Any, *, owner: str | None = None) -> str:
                 record["started_at"] = record["started_at"] or _iso()
                 operation.current_phase = phase.name
                 _save_phases(operation)
+                _maybe_crash(operation.kind, phase.name, "before")
                 phase.run(PhaseContext(operation, phase.name, beat))
+                _maybe_crash(operation.kind, phase.name, "after")
                 heartbeat.check()
                 record["state"] = "succeeded"
                 record["progress"] = 1.0
