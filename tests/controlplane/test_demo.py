@@ -1,4 +1,6 @@
-"""The README's first command: `manage.py demo` runs the example job and indexes its lineage."""
+"""The README's first command: `manage.py demo` brings the control plane up (worker with the
+reconciler, the example job started by a start operation through the local launcher), follows
+the job's commits and indexes its lineage; --no-serve stops the job and the worker at the end."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ def _demo(var_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
             env=env,
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=400,
         )
         assert done.returncode == 0, done.stdout + done.stderr
     return done
@@ -36,13 +38,27 @@ def _demo(var_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.spark
 def test_demo_commits_epochs_indexes_them_and_resumes_from_the_head(tmp_path: Path) -> None:
     first = _demo(tmp_path, "--epochs", "2", "--records", "500")
-    assert "committed 2 epoch(s)" in first.stdout
-    assert "3 new snapshots" not in first.stdout
-    assert "2 new snapshots (2 indexed)" in first.stdout
+    assert "start succeeded" in first.stdout, first.stdout
+    assert "the job has consumed all 1000 input records" in first.stdout
+    assert "(2 indexed)" in first.stdout
+    assert "worker stopped" in first.stdout
 
     second = _demo(tmp_path, "--epochs", "1", "--records", "500")
     assert "epoch    3" in second.stdout  # resumed from the head, not from scratch
-    assert "1 new snapshots (3 indexed)" in second.stdout
+    assert "(3 indexed)" in second.stdout
+    assert not list((tmp_path / "runs").glob("*/pid")) or _no_live_runs(tmp_path)
+
+
+def _no_live_runs(var_dir: Path) -> bool:
+    """Every run the demo started has ended (its process group is gone)."""
+    import json
+
+    from runners.local import group_members
+
+    return all(
+        not group_members(json.loads(p.read_text())["pid"])
+        for p in (var_dir / "runs").glob("*/pid")
+    )
 
 
 def test_demo_refuses_nonsense_counts(tmp_path: Path) -> None:

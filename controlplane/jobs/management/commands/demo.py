@@ -1,13 +1,20 @@
-"""`manage.py demo`: the main job on the embedded default, end to end.
+"""`manage.py demo`: the whole control plane on the embedded default, with the example job.
 
-Generates clickstream input, runs the example session-statistics job (runners/jobs/clickstream.py)
-through the epoch-commit engine on Spark `local[2]` so that it commits epochs into the snapshot
-store, indexes the lineage and serves the control plane. Running it again adds input and resumes
-the job from its branch head.
+Generates clickstream input, registers the example session-statistics job
+(runners/jobs/clickstream.py), starts a Celery worker with the reconciler (beat), asks it to
+start the job — a real PySpark run of the epoch-commit engine on Spark `local[2]`, launched by
+the local launcher — prints each epoch as it commits, then serves the dashboard, the REST API
+and the admin while a feeder adds input every few seconds. Ctrl-C stops the job at an epoch
+boundary and the worker. Running it again resumes the job from its branch head.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,98 +23,240 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-NAMESPACE = "clickstream"
+APPLICATION = "clickstream"
+JOB = "clickstream-main"
 BRANCH = "main"
 
 
 class Command(BaseCommand):
     help = (
-        "Run the example clickstream job on the embedded default (Spark local[2], the store at "
-        "STORE_URL), index its lineage and serve the control plane."
+        "Bring the control plane up on the embedded default (SQLite, filesystem broker, local "
+        "store, Spark local[2]), start the example clickstream job and serve the dashboard."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--epochs", type=int, default=8, help="epochs to run (default 8)")
-        parser.add_argument(
-            "--records", type=int, default=5_000, help="clicks per epoch (default 5000)"
-        )
+        parser.add_argument("--epochs", type=int, default=8, help="input files to start with")
+        parser.add_argument("--records", type=int, default=5_000, help="clicks per input file")
         parser.add_argument("--parallelism", type=int, default=2, help="tasks (default 2)")
         parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
         parser.add_argument(
-            "--no-serve", action="store_true", help="stop after the job instead of serving"
+            "--feed-every",
+            type=float,
+            default=15.0,
+            help="while serving, add an input file every N seconds (0: never)",
+        )
+        parser.add_argument(
+            "--no-serve",
+            action="store_true",
+            help="stop the job and the worker once the input is consumed instead of serving",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["epochs"] < 1 or options["records"] < 1 or options["parallelism"] < 1:
             raise CommandError("--epochs, --records and --parallelism must be positive")
+        self.options = options
         store_url: str = settings.EPOCHAL_STORE_URL
-        input_dir = Path(settings.VAR_DIR) / "demo" / "clickstream-input"
-        self.stdout.write(f"store:  {store_url} (namespace {NAMESPACE}, branch {BRANCH})")
-        self.stdout.write(f"input:  {input_dir}")
-        head = self._run_job(store_url, input_dir, options)
-        self._index(store_url)
-        self._print_log(store_url, head)
-        if options["no_serve"]:
-            return
+        self.input_dir = Path(settings.VAR_DIR) / "demo" / "clickstream-input"
+        self.stdout.write(f"store:  {store_url} (namespace {APPLICATION}, branch {BRANCH})")
+        self.stdout.write(f"input:  {self.input_dir}")
+        self.stdout.write(
+            f"broker: {settings.CELERY_BROKER_URL}   database: "
+            f"{settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}"
+        )
+        existing = self._files()
+        self._generate(existing + options["epochs"])
+        call_command(
+            "register",
+            APPLICATION,
+            "--job-ref",
+            "runners.jobs.clickstream:job",
+            "--job-args",
+            f'{{"directory": "{self.input_dir}"}}',
+            "--job-name",
+            JOB,
+            "--parallelism",
+            str(options["parallelism"]),
+            stdout=self.stdout,
+        )
         login = self._ensure_demo_login()
+        worker = self._start_worker()
+        serving = False
+        try:
+            self._start_job()
+            head = self._follow_commits(timeout_s=600)
+            call_command("reindex", application=APPLICATION, verbosity=1, stdout=self.stdout)
+            self._print_log(head)
+            if options["no_serve"]:
+                return
+            serving = True
+            self._serve(login)
+        finally:
+            self._shutdown(worker, stop_job=True, quiet=not serving)
+
+    # -- input -------------------------------------------------------------------------------
+
+    def _files(self) -> int:
+        return len(list(self.input_dir.glob("clicks-*"))) if self.input_dir.is_dir() else 0
+
+    def _generate(self, files: int) -> None:
+        from runners.jobs import clickstream
+
+        clickstream.generate(str(self.input_dir), files=files, clicks=self.options["records"])
+
+    def _input_records(self) -> int:
+        return sum(sum(1 for _ in p.open("rb")) for p in self.input_dir.glob("clicks-*"))
+
+    # -- processes ---------------------------------------------------------------------------
+
+    def _start_worker(self) -> subprocess.Popen[bytes]:
+        log_path = Path(settings.VAR_DIR) / "demo" / "worker.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.stdout.write(f"worker: Celery worker + beat (reconciler), log {log_path}")
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "controlplane",
+                    "worker",
+                    "-B",
+                    "--pool=solo",
+                    "--loglevel=INFO",
+                    "-n",
+                    f"demo-{os.getpid()}@%h",
+                    "-s",
+                    str(Path(settings.VAR_DIR) / "celerybeat-schedule"),
+                ],
+                cwd=settings.BASE_DIR,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def _start_job(self) -> None:
+        from controlplane.jobs.selectors import job_get
+        from controlplane.operations.cli import follow
+        from controlplane.operations.kinds.common import job_is_running
+        from controlplane.operations.services import operation_request
+
+        job = job_get(name=JOB)
+        if job_is_running(job):
+            self.stdout.write(f"job {JOB} is already running")
+            return
+        requested = operation_request(
+            kind="start",
+            application=job.application,
+            job=job,
+            via="cli",
+            reason="manage.py demo",
+        )
+        self.stdout.write(
+            f"starting job {JOB} (operation {requested.operation.pk}); Spark "
+            "takes about 10 s to come up …"
+        )
+        op = follow(requested.operation, self.stdout.write, timeout_s=300)
+        if op.state != "succeeded":
+            raise CommandError(f"the job did not start: {op.error_message or op.state}")
+
+    def _follow_commits(self, *, timeout_s: float) -> str:
+        """Print each epoch as it commits until the job has consumed all input; the head."""
+        from controlplane.jobs.selectors import job_get
+        from controlplane.jobs.store import job_repository
+
+        repo = job_repository(job_get(name=JOB))
+        total = self._input_records()
+        seen: set[str] = set()
+        started = time.monotonic()
+        while True:
+            ref = repo.read_ref(f"heads/{BRANCH}")
+            consumed = 0
+            new = []
+            if ref is not None:
+                for sid, m in repo.log(ref.target, first_parent=True):
+                    consumed += int(m.stats.get("records_in", 0)) + int(
+                        m.stats.get("dead_letters", 0)
+                    )
+                    if sid not in seen:
+                        seen.add(sid)
+                        new.append((sid, m))
+            for sid, m in reversed(new):
+                s = m.stats
+                self.stdout.write(
+                    f"  epoch {m.epoch:>4}  {m.kind:<8} {int(s.get('records_in', 0)):>7} records "
+                    f"in  {int(s.get('output_rows', 0)):>6} sessions out  "
+                    f"{int(s.get('dead_letters', 0)):>3} dead letters  p={m.parallelism}  "
+                    f"snapshot {sid[:12]}"
+                )
+            if ref is not None and consumed >= total:
+                self.stdout.write(f"the job has consumed all {total} input records")
+                return ref.target
+            if time.monotonic() - started > timeout_s:
+                raise CommandError(
+                    f"the job consumed {consumed} of {total} records in {timeout_s:g} s; see "
+                    f"`manage.py jobs` and the run log under {settings.VAR_DIR}/runs/"
+                )
+            time.sleep(1)
+
+    def _serve(self, login: str) -> None:
+        port = self.options["port"]
+        base = f"http://127.0.0.1:{port}"
         self.stdout.write(
             self.style.SUCCESS(
-                f"\nControl plane: http://127.0.0.1:{options['port']}/  (Ctrl-C to stop)\n"
-                f"Admin:         http://127.0.0.1:{options['port']}/admin/  ({login})\n"
-                f"Store CLI:     .venv/bin/python -m snapshots_store --store {store_url} "
-                f"--namespace {NAMESPACE} log {BRANCH}"
+                f"\nDashboard:  {base}/            ({login})\n"
+                f"REST API:   {base}/api/  (OpenAPI UI {base}/api/docs/)\n"
+                f"Admin:      {base}/admin/\n"
+                f"Metrics:    {base}/metrics\n"
+                f"CLI:        .venv/bin/python manage.py jobs | rescale {JOB} -p 3 | "
+                f"rollback {JOB} --to <snapshot> | log {BRANCH}\n"
+                f"The job keeps running; a new input file arrives every "
+                f"{self.options['feed_every']:g} s. Ctrl-C stops the job and the worker."
             )
         )
-        call_command("runserver", f"127.0.0.1:{options['port']}", use_reloader=False)
-
-    def _run_job(self, store_url: str, input_dir: Path, options: dict[str, Any]) -> str:
-        from runners.engine import EpochRunner
-        from runners.engine.session import build_spark_session
-        from runners.jobs import clickstream
-        from snapshots_store import Repository
-
-        repo = Repository.open(store_url, NAMESPACE)
-        existing = len(list(input_dir.glob("clicks-*"))) if input_dir.is_dir() else 0
-        clickstream.generate(
-            str(input_dir), files=existing + options["epochs"], clicks=options["records"]
-        )
-        self.stdout.write(
-            f"input has {existing + options['epochs']} click file(s); starting Spark "
-            f"{settings.EPOCHAL_SPARK_MASTER} (about 10 s) …"
-        )
-        spark = build_spark_session(master=settings.EPOCHAL_SPARK_MASTER, app_name="epochal-demo")
+        stop = threading.Event()
+        if self.options["feed_every"] > 0:
+            threading.Thread(target=self._feed, args=(stop,), daemon=True).start()
         try:
-            runner = EpochRunner(
-                spark,
-                clickstream.job(str(input_dir)),
-                repo=repo,
-                branch=BRANCH,
-                parallelism=options["parallelism"],
-                max_parallelism=128,
-            )
-            started = time.monotonic()
-            results = []
-            while len(results) < options["epochs"]:
-                res = runner.run_epoch()
-                if res is None:
-                    break
-                results.append(res)
-                self.stdout.write(
-                    f"  epoch {res.epoch:>4}  {res.records_in:>7} records in  "
-                    f"{res.output_rows:>6} sessions out  {res.dead_letters:>3} dead letters  "
-                    f"p={res.parallelism}  {res.duration_s:5.2f} s  commit {res.commit_ms:.0f} ms"
-                    f"  snapshot {res.snapshot_id[:12]}"
-                )
-            self.stdout.write(
-                f"committed {len(results)} epoch(s) in {time.monotonic() - started:.1f} s"
-                + (f" ({runner.stopped_reason})" if runner.stopped_reason else "")
-            )
+            call_command("runserver", f"127.0.0.1:{port}", use_reloader=False)
         finally:
-            spark.stop()
-        head = repo.read_ref(f"heads/{BRANCH}")
-        if head is None:
-            raise CommandError("the job committed nothing: see the lines above")
-        return head.target
+            stop.set()
+
+    def _feed(self, stop: threading.Event) -> None:
+        while not stop.wait(self.options["feed_every"]):
+            self._generate(self._files() + 1)
+
+    def _shutdown(self, worker: subprocess.Popen[bytes], *, stop_job: bool, quiet: bool) -> None:
+        from controlplane.jobs.selectors import job_get
+        from controlplane.operations.cli import follow
+        from controlplane.operations.kinds.common import job_is_running
+        from controlplane.operations.services import operation_request
+
+        try:
+            job = job_get(name=JOB)
+            if stop_job and job_is_running(job) and worker.poll() is None:
+                self.stdout.write(f"stopping job {JOB} at its next epoch boundary …")
+                requested = operation_request(
+                    kind="stop",
+                    application=job.application,
+                    job=job,
+                    via="cli",
+                    reason="manage.py demo finished",
+                )
+                follow(
+                    requested.operation, self.stdout.write if not quiet else _drop, timeout_s=120
+                )
+        finally:
+            if worker.poll() is None:
+                os.killpg(worker.pid, signal.SIGTERM)
+                try:
+                    worker.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(worker.pid, signal.SIGKILL)
+                    worker.wait()
+            self.stdout.write("worker stopped")
+
+    # -- output ------------------------------------------------------------------------------
 
     def _ensure_demo_login(self) -> str:
         """A local-only admin login for the demo, created once (the server binds 127.0.0.1)."""
@@ -119,17 +268,18 @@ class Command(BaseCommand):
         users.objects.create_superuser("admin", "admin@localhost", "epochal-demo")
         return "login admin / epochal-demo — created for this local demo"
 
-    def _index(self, store_url: str) -> None:
-        call_command("reindex", application=NAMESPACE, store=store_url, create=True, verbosity=0)
-        self.stdout.write(f"indexed the lineage of {NAMESPACE!r} (manage.py reindex)")
+    def _print_log(self, head: str) -> None:
+        from controlplane.jobs.selectors import job_get
+        from controlplane.jobs.store import job_repository
 
-    def _print_log(self, store_url: str, head: str) -> None:
-        from snapshots_store import Repository
-
-        repo = Repository.open(store_url, NAMESPACE)
+        repo = job_repository(job_get(name=JOB))
         self.stdout.write(f"\nlog {BRANCH} (newest first):")
         for snapshot_id, manifest in repo.log(head, first_parent=True, limit=10):
             self.stdout.write(
                 f"  {snapshot_id[:12]}  epoch {manifest.epoch:>4}  {manifest.kind:<8} "
                 f"p={manifest.parallelism}  {manifest.created_at}"
             )
+
+
+def _drop(_line: str) -> None:
+    return None
