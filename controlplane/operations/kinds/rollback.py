@@ -79,10 +79,8 @@ def source_retention_problem(job: Any, offsets: Mapping[str, Mapping[str, int]])
 
     job_args = dict(job.version.config.get("job_args") or {})
     try:
-        engine_job = load_job(job.version.job, job_args) if job_args else load_job(job.version.job)
-    except TypeError:
-        engine_job = load_job(job.version.job)
-    except (SystemExit, Exception) as exc:
+        engine_job = load_job(job.version.job, job_args)
+    except SystemExit as exc:  # load_job explains a bad reference or bad arguments
         return f"cannot load job {job.version.job}: {exc}"
     source = engine_job.source
     retained = getattr(source, "retained", None)
