@@ -108,12 +108,13 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = config.env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
-    for _sub in ("out", "processed"):
+    for _sub in ("out", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "out"),
         "data_folder_out": str(_broker_dir / "out"),
         "processed_folder": str(_broker_dir / "processed"),
+        "control_folder": str(_broker_dir / "control"),
         "store_processed": False,
         "polling_interval": 0.1,
     }
