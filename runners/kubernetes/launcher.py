@@ -148,7 +148,10 @@ class KubernetesLauncher:
             if os.environ.get("KUBERNETES_SERVICE_HOST"):
                 config.load_incluster_config()  # type: ignore[no-untyped-call]
             else:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
+                # KUBECONFIG read now, not when the client library was imported
+                config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=os.environ.get("KUBECONFIG") or None
+                )
             self._api_client = client.ApiClient()
         return client.CoreV1Api(self._api_client)
 
