@@ -151,6 +151,9 @@ class EpochRunner:
         p = check_parallelism(int(p), m)
         source = self.job.source
         committed = {} if parent is None else dict(parent.offsets.get(source.name, {}))
+        prepare = getattr(source, "prepare_epoch", None)  # optional hook (branch_source)
+        if callable(prepare):
+            prepare(control, last_epoch + 1)
         splits = source.plan(committed)
         if not splits:
             self.stopped_reason = "no new data"
@@ -201,7 +204,10 @@ class EpochRunner:
             key_groups.update(r.key_groups)
             outputs.extend(r.outputs)
         offsets = {} if parent is None else {s: dict(o) for s, o in parent.offsets.items()}
-        offsets[source.name] = end_offsets(committed, splits)
+        ends = getattr(source, "end_offsets", None)  # optional hook: non-monotonic offsets
+        offsets[source.name] = (
+            ends(committed, splits) if callable(ends) else end_offsets(committed, splits)
+        )
         stats: dict[str, int | float] = {
             "records_in": sum(r.records_in for r in results),
             "output_rows": sum(r.output_rows for r in results),
@@ -238,6 +244,7 @@ class EpochRunner:
                 "job": self.job.name,
                 "key": list(self.job.key_columns),
                 "control": _applied(control, p),
+                **_inputs(source, committed, splits),
             },
         )
         self.repo.write_manifest(manifest)
@@ -400,6 +407,15 @@ def _new_operation(control: dict[str, Any], parent: Manifest | None) -> str | No
         ):
             return None
     return op
+
+
+def _inputs(source: Any, committed: dict[str, int], splits: list[Split]) -> dict[str, Any]:
+    """``{"inputs": {source name: …}}`` when the source records what an epoch read (a branch
+    output source's upstream epochs and snapshots: the cross-job mapping), else {}."""
+    lineage = getattr(source, "lineage", None)
+    if not callable(lineage):
+        return {}
+    return {"inputs": {source.name: lineage(committed, splits)}}
 
 
 def _applied(control: dict[str, Any], parallelism: int) -> dict[str, Any]:

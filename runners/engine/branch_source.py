@@ -1,0 +1,368 @@
+"""A branch's versioned output as another job's source (job webs, see docs/webs.md).
+
+`BranchOutputSource(store_url, namespace, branch)` reads the records an upstream job
+committed on a branch. Its unit is the **upstream epoch**: a commit on the branch's
+first-parent chain that processed input (its epoch number is above its first parent's;
+rollback, fork, rescale and migration commits carry no records and are skipped). One
+downstream epoch reads the records of whole upstream epochs only — never a part of one,
+never an uncommitted one (only commits reachable from the branch ref are read), never one
+twice (the offsets say which was read last).
+
+Offsets (partition -> int, as every source):
+
+- ``"epoch"``: the upstream epoch number read last (0: none yet);
+- ``"snapshot"``: a fingerprint of that upstream commit's snapshot id (its first 15 hex
+  digits as an integer, 0: none).
+
+Epoch numbers repeat after an upstream rollback (the rollback commit keeps the old epoch
+number and the next epoch takes the following one), so the fingerprint is what tells that
+the upstream commit read last is no longer on the upstream branch: `plan` then raises
+`UpstreamRewoundError` naming the newest downstream snapshot that is still consistent, and
+`retained` reports it, instead of silently reading a different history.
+
+Each downstream manifest records the mapping in ``extra["inputs"][<source name>]``:
+store, namespace, branch, and ``epochs`` / ``snapshots`` (the upstream epochs read and
+their snapshot ids, in order) — see `epoch_mapping`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from runners.engine.output import EPOCH, _manifest_tables
+from runners.engine.sources import Split, SplitData
+from snapshots_store import Manifest, Repository
+
+EPOCH_PARTITION = "epoch"
+SNAPSHOT_PARTITION = "snapshot"
+INPUTS = "inputs"
+ALIGNMENT = "alignment"
+#: alignment states of a downstream source (seed 003, §1.6D)
+ALIGNMENT_STATES = ("unaligned", "catching_up", "ready", "aligned")
+
+
+class UpstreamRewoundError(RuntimeError):
+    """The upstream commit a downstream snapshot read last is no longer on the upstream
+    branch (the upstream was rolled back): the downstream must be rolled back first."""
+
+    def __init__(self, message: str, epoch: int) -> None:
+        super().__init__(message)
+        self.epoch = epoch
+
+
+def fingerprint(snapshot_id: str) -> int:
+    """The offset that identifies an upstream snapshot: its first 15 hex digits (60 bits)."""
+    return int(snapshot_id[:15], 16)
+
+
+@dataclass(frozen=True)
+class UpstreamEpoch:
+    """One upstream commit that processed input."""
+
+    epoch: int
+    snapshot_id: str
+    manifest: Manifest
+
+
+def upstream_epochs(repo: Repository, branch: str) -> list[UpstreamEpoch]:
+    """The epochs on the first-parent chain of `branch`, oldest first ([] without a branch).
+
+    A commit counts when its epoch number is above its first parent's (or it has no parent
+    and epoch >= 1): those are the commits that processed input and may carry records."""
+    if repo.read_ref(f"heads/{branch}") is None:
+        return []
+    chain = list(repo.log(f"heads/{branch}", first_parent=True))
+    chain.reverse()
+    epochs: list[UpstreamEpoch] = []
+    previous = 0
+    for sid, manifest in chain:
+        if manifest.epoch > previous:
+            epochs.append(UpstreamEpoch(manifest.epoch, sid, manifest))
+        previous = manifest.epoch
+    return epochs
+
+
+_repos: dict[tuple[str, str], Repository] = {}
+
+
+def _open(url: str, namespace: str) -> Repository:
+    key = (url, namespace)
+    if key not in _repos:
+        _repos[key] = Repository.open(url, namespace)
+    return _repos[key]
+
+
+@dataclass
+class BranchOutputSource:
+    """The committed output of `branch` in the store at `store_url` / `namespace`.
+
+    `max_epochs_per_epoch` caps how many upstream epochs one downstream epoch reads (None:
+    every committed one not read yet). In aligned mode (the control document's
+    ``alignment``, applied by the runner through `prepare_epoch`) a downstream epoch reads
+    exactly one upstream epoch. `epoch_column` adds the upstream epoch number as a column.
+    """
+
+    store_url: str
+    namespace: str
+    branch: str = "main"
+    name: str = "upstream"
+    max_epochs_per_epoch: int | None = None
+    epoch_column: str | None = None
+    #: set on the driver for the epoch being planned (see `prepare_epoch`)
+    aligned: bool = field(default=False, compare=False)
+
+    def repo(self) -> Repository:
+        return _open(self.store_url, self.namespace)
+
+    def describe(self) -> str:
+        return f"branch {self.branch!r} of {self.namespace!r}"
+
+    # -- Source protocol -------------------------------------------------------------------
+
+    def _position(
+        self, epochs: Sequence[UpstreamEpoch], committed: Mapping[str, int]
+    ) -> tuple[int, str | None]:
+        """(index in `epochs` after the epoch read last, problem or None)."""
+        n = int(committed.get(EPOCH_PARTITION, 0))
+        if n <= 0:
+            return 0, None
+        fp = int(committed.get(SNAPSHOT_PARTITION, 0))
+        for i, e in enumerate(epochs):
+            if e.epoch == n:
+                if fingerprint(e.snapshot_id) == fp:
+                    return i + 1, None
+                return i + 1, (
+                    f"upstream {self.describe()} was rolled back: its epoch {n} is now snapshot "
+                    f"{e.snapshot_id[:12]}, not the one read (fingerprint {fp:015x}); roll this "
+                    "job back to its newest snapshot that read only upstream commits still on "
+                    "the branch (rewind_point)"
+                )
+        return len(epochs), (
+            f"upstream {self.describe()} has no epoch {n} on its branch any more (it was "
+            "rolled back or deleted); roll this job back to its newest snapshot that read "
+            "only upstream commits still on the branch (rewind_point)"
+        )
+
+    def plan(self, committed: Mapping[str, int]) -> list[Split]:
+        epochs = upstream_epochs(self.repo(), self.branch)
+        start, problem = self._position(epochs, committed)
+        if problem is not None:
+            raise UpstreamRewoundError(problem, int(committed.get(EPOCH_PARTITION, 0)))
+        limit = 1 if self.aligned else self.max_epochs_per_epoch
+        chosen = epochs[start:] if limit is None else epochs[start : start + limit]
+        previous = int(committed.get(EPOCH_PARTITION, 0))
+        splits = []
+        for e in chosen:
+            splits.append(Split(self.name, EPOCH_PARTITION, previous, e.epoch, e.snapshot_id))
+            previous = e.epoch
+        return splits
+
+    def read(self, split: Split) -> SplitData:
+        repo = self.repo()
+        manifest = repo.read_manifest(split.locator)
+        tables = list(_manifest_tables(repo, manifest.outputs, manifest.epoch, "records"))
+        if tables:
+            table = pa.concat_tables(tables, promote_options="permissive").drop_columns([EPOCH])
+        else:
+            table = self._empty(repo, split.locator)
+        if self.epoch_column is not None:
+            column = pa.array([manifest.epoch] * table.num_rows, pa.int64())
+            table = table.append_column(self.epoch_column, column)
+        return SplitData(table)
+
+    def _empty(self, repo: Repository, snapshot_id: str) -> pa.Table:
+        """No records: an empty table with the columns of the nearest earlier records."""
+        for _, manifest in repo.log(snapshot_id, first_parent=True):
+            for table in _manifest_tables(repo, manifest.outputs, manifest.epoch, "records"):
+                return table.drop_columns([EPOCH]).slice(0, 0)
+        return pa.table({})
+
+    def retained(self, offsets: Mapping[str, int]) -> str | None:
+        """None while the upstream commit read last is still on the upstream branch."""
+        epochs = upstream_epochs(self.repo(), self.branch)
+        return self._position(epochs, offsets)[1]
+
+    # -- hooks the runner calls (optional for sources) ------------------------------------
+
+    def prepare_epoch(self, control: Mapping[str, Any], epoch: int) -> None:
+        """Before planning downstream epoch `epoch`: aligned mode is on when the control
+        document's ``alignment`` says ``aligned`` from an epoch <= `epoch`."""
+        self.aligned = alignment_applies(control, epoch)
+
+    def end_offsets(self, committed: Mapping[str, int], splits: Sequence[Split]) -> dict[str, int]:
+        if not splits:
+            return dict(committed)
+        last = splits[-1]
+        return {EPOCH_PARTITION: last.end, SNAPSHOT_PARTITION: fingerprint(last.locator)}
+
+    def lineage(self, committed: Mapping[str, int], splits: Sequence[Split]) -> dict[str, Any]:
+        """What the downstream manifest records of this epoch's input (``extra.inputs``)."""
+        return {
+            "kind": "branch_output",
+            "store": self.store_url,
+            "namespace": self.namespace,
+            "branch": self.branch,
+            "after_epoch": int(committed.get(EPOCH_PARTITION, 0)),
+            "epochs": [s.end for s in splits],
+            "snapshots": [s.locator for s in splits],
+            "aligned": self.aligned,
+        }
+
+
+def alignment_applies(control: Mapping[str, Any], epoch: int) -> bool:
+    """Whether the control document puts downstream epoch `epoch` in aligned mode."""
+    doc = control.get(ALIGNMENT)
+    if not isinstance(doc, Mapping) or doc.get("state") != "aligned":
+        return False
+    start = doc.get("from_epoch", 0)
+    return isinstance(start, int) and epoch >= start
+
+
+# -- reading the mapping back ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MappingEntry:
+    """Downstream epoch -> the upstream epochs (and snapshots) it read."""
+
+    epoch: int
+    snapshot_id: str
+    source: str
+    namespace: str
+    branch: str
+    upstream_epochs: tuple[int, ...]
+    upstream_snapshots: tuple[str, ...]
+    aligned: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "snapshot_id": self.snapshot_id,
+            "source": self.source,
+            "namespace": self.namespace,
+            "branch": self.branch,
+            "upstream_epochs": list(self.upstream_epochs),
+            "upstream_snapshots": list(self.upstream_snapshots),
+            "aligned": self.aligned,
+        }
+
+
+def mapping_of(snapshot_id: str, manifest: Manifest) -> list[MappingEntry]:
+    """The mapping entries one manifest records (one per branch-output source)."""
+    inputs = manifest.extra.get(INPUTS)
+    if not isinstance(inputs, dict):
+        return []
+    entries = []
+    for source, doc in sorted(inputs.items()):
+        if not isinstance(doc, dict) or doc.get("kind") != "branch_output":
+            continue
+        entries.append(
+            MappingEntry(
+                epoch=manifest.epoch,
+                snapshot_id=snapshot_id,
+                source=source,
+                namespace=str(doc.get("namespace")),
+                branch=str(doc.get("branch")),
+                upstream_epochs=tuple(int(e) for e in doc.get("epochs", [])),
+                upstream_snapshots=tuple(str(s) for s in doc.get("snapshots", [])),
+                aligned=bool(doc.get("aligned", False)),
+            )
+        )
+    return entries
+
+
+def epoch_mapping(repo: Repository, branch: str) -> list[MappingEntry]:
+    """Downstream epoch -> upstream epochs, for every epoch on the first-parent chain of
+    `branch`, oldest first."""
+    if repo.read_ref(f"heads/{branch}") is None:
+        return []
+    chain = list(repo.log(f"heads/{branch}", first_parent=True))
+    chain.reverse()
+    return [entry for sid, m in chain for entry in mapping_of(sid, m)]
+
+
+def consumed(manifest: Manifest, source: str) -> tuple[int, int]:
+    """(upstream epoch read last, its fingerprint) at a downstream snapshot."""
+    offsets = manifest.offsets.get(source, {})
+    return int(offsets.get(EPOCH_PARTITION, 0)), int(offsets.get(SNAPSHOT_PARTITION, 0))
+
+
+def upstream_epoch_at(repo: Repository, branch: str, epoch: int, source: str) -> int:
+    """The upstream epoch that downstream epoch `epoch` (on `branch`'s first-parent chain)
+    had read up to — the translation of "as of my epoch m" (0: nothing read yet).
+    KeyError when the branch has no such epoch."""
+    for _, manifest in repo.log(f"heads/{branch}", first_parent=True):
+        if manifest.epoch == epoch:
+            return consumed(manifest, source)[0]
+        if manifest.epoch < epoch:
+            break
+    raise KeyError(f"branch {branch!r} has no epoch {epoch}")
+
+
+def rewind_point(repo: Repository, branch: str, source: BranchOutputSource) -> str | None:
+    """The newest snapshot on `branch`'s first-parent chain whose input is still on the
+    upstream branch (None: the branch does not exist). Everything after it read upstream
+    commits that a rollback abandoned; the head itself when nothing did."""
+    if repo.read_ref(f"heads/{branch}") is None:
+        return None
+    epochs = upstream_epochs(source.repo(), source.branch)
+    last = None
+    for sid, manifest in repo.log(f"heads/{branch}", first_parent=True):
+        last = sid
+        if source._position(epochs, manifest.offsets.get(source.name, {}))[1] is None:
+            return sid
+    return last
+
+
+def rewind(
+    repo: Repository,
+    branch: str,
+    source: BranchOutputSource,
+    *,
+    operation_id: str | None = None,
+) -> str | None:
+    """After an upstream rollback: roll `branch` back to `rewind_point` (a rollback commit;
+    the abandoned commits stay in the reflog) so the next epochs re-derive the mapping from
+    the upstream's new history. Returns the new head, or None when nothing was invalid."""
+    from runners.engine.state_ops import new_branch_commit
+
+    head = repo.read_ref(f"heads/{branch}")
+    point = rewind_point(repo, branch, source)
+    if head is None or point is None or point == head.target:
+        return None
+    return new_branch_commit(
+        repo,
+        point,
+        branch,
+        kind="rollback",
+        operation_id=operation_id,
+        provenance={
+            "reason": f"upstream {source.describe()} was rolled back",
+            "upstream_branch": source.branch,
+            "upstream_namespace": source.namespace,
+        },
+        expected_head=head.target,
+    )
+
+
+__all__ = [
+    "ALIGNMENT",
+    "ALIGNMENT_STATES",
+    "BranchOutputSource",
+    "MappingEntry",
+    "UpstreamEpoch",
+    "UpstreamRewoundError",
+    "alignment_applies",
+    "consumed",
+    "epoch_mapping",
+    "fingerprint",
+    "mapping_of",
+    "rewind",
+    "rewind_point",
+    "upstream_epoch_at",
+    "upstream_epochs",
+]
