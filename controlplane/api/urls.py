@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from controlplane.api.views import applications, audit, jobs, lineage, operations, root, users
+from controlplane.api.views import applications, audit, jobs, lineage, operations, root, users, webs
 
 app_name = "api"
 
@@ -47,6 +47,8 @@ urlpatterns = [
         name="snapshot-diff",
     ),
     path("applications/<str:name>/lineage/", lineage.LineageGraphView.as_view(), name="lineage"),
+    path("applications/<str:name>/state/", webs.StateView.as_view(), name="state"),
+    path("applications/<str:name>/mapping/", webs.MappingView.as_view(), name="mapping"),
     path(
         "applications/<str:name>/operations/",
         operations.ApplicationOperationRequestView.as_view(),

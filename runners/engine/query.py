@@ -129,10 +129,10 @@ def state_at(
 ) -> StateAnswer:
     """The state at `snapshot` (any revision) of one `key` (a value, or a tuple for several
     key columns), of one `key_group` (a page of `limit` rows from `cursor`), or of the keys
-    in ``[key_from, key_to)`` (single key column; a page over the key groups in order)."""
+    in ``[key_from, key_to)`` (single key column; a page over the key groups in order).
+    Without any of these: no rows, and the key groups that hold state at the snapshot."""
     snapshot_id = repo.resolve(snapshot)
     manifest = repo.read_manifest(snapshot_id)
-    keys = key_columns_of(manifest)
     m = manifest.max_parallelism
     limit = max(1, min(int(limit), MAX_LIMIT))
     answer: dict[str, Any] = {
@@ -142,6 +142,10 @@ def state_at(
         "branch": branch or manifest.branch,
     }
     now = manifest.processing_time_ms
+    if key is None and key_group is None and key_from is None and key_to is None:
+        # no selector: what can be asked at this snapshot (its non-empty key groups)
+        return StateAnswer(key_groups=sorted(manifest.key_groups), **answer)
+    keys = key_columns_of(manifest)
     if key is not None:
         value = tuple(key) if isinstance(key, list) else key
         if len(keys) > 1 and not (isinstance(value, tuple) and len(value) == len(keys)):
@@ -176,8 +180,6 @@ def state_at(
             next_cursor=f"{start + limit}" if more else None,
             **answer,
         )
-    if key_from is None and key_to is None:
-        raise StateQueryError("give a key, a key group or a key range (key_from / key_to)")
     if len(keys) != 1:
         raise StateQueryError("key ranges need a single key column")
     # a range: every key group in order from the cursor's group, `limit` rows per page;

@@ -1,0 +1,181 @@
+"""Job webs over REST (issue 7): state at any epoch, the cross-job epoch mapping, the web.
+
+- ``GET /api/applications/{name}/state/`` — the state of a key (``key``, repeat it for a
+  key of several columns; ``key_type=int`` for integer keys), a key group page
+  (``key_group``, ``limit``, ``cursor``) or a key range (``key_from`` / ``key_to``) at
+  ``snapshot=REV``, or at ``branch`` (default main) ``epoch=N`` (head without epoch), or
+  "as of" another job's epoch (``as_of_application``, ``as_of_epoch``, ``as_of_branch``,
+  ``as_of_source``). An epoch not committed yet waits up to ``timeout`` seconds (max 30)
+  and then answers 202 ``{"status": "pending"}``.
+- ``GET /api/applications/{name}/mapping/?branch=B`` — downstream epoch -> upstream epochs
+  and snapshot ids, oldest first, as the manifests record them.
+- ``GET /api/web/`` — the job web: jobs, branch-output edges, alignment state, lag, alarm.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.api.base import ApiView
+from controlplane.api.schema import error
+from controlplane.applications.selectors import application_get
+from controlplane.errors import InvalidRequest
+from controlplane.jobs.store import application_repository
+from runners.engine.branch_source import epoch_mapping
+from runners.engine.query import StateAnswer, StateQueryError, state_as_of, state_at, state_at_epoch
+
+TAGS = ["webs"]
+MAX_TIMEOUT_S = 30.0
+
+
+def _int(request: Request, name: str, *, low: int = 0) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be an integer", fields={name: ["an integer"]}) from None
+    if value < low:
+        raise InvalidRequest(f"{name} must be >= {low}", fields={name: [f">= {low}"]})
+    return value
+
+
+def _key_value(raw: str, key_type: str) -> Any:
+    if key_type == "str":
+        return raw
+    try:
+        return int(raw)
+    except ValueError:
+        raise InvalidRequest(
+            f"key {raw!r} is not an integer (key_type=int)", fields={"key": ["an integer"]}
+        ) from None
+
+
+def _query(request: Request) -> dict[str, Any]:
+    params = request.query_params
+    key_type = params.get("key_type", "str")
+    if key_type not in ("str", "int"):
+        raise InvalidRequest("key_type must be str or int", fields={"key_type": ["str or int"]})
+    query: dict[str, Any] = {}
+    keys = [_key_value(k, key_type) for k in params.getlist("key")]
+    if keys:
+        query["key"] = keys[0] if len(keys) == 1 else tuple(keys)
+    key_group = _int(request, "key_group")
+    if key_group is not None:
+        query["key_group"] = key_group
+    for name in ("key_from", "key_to"):
+        if params.get(name):
+            query[name] = _key_value(params[name], key_type)
+    limit = _int(request, "limit", low=1)
+    if limit is not None:
+        query["limit"] = limit
+    if params.get("cursor"):
+        query["cursor"] = params["cursor"]
+    return query
+
+
+def _timeout(request: Request) -> float:
+    raw = request.query_params.get("timeout", "0")
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidRequest("timeout must be seconds", fields={"timeout": ["a number"]}) from None
+    if value < 0:
+        raise InvalidRequest("timeout must be >= 0", fields={"timeout": [">= 0"]})
+    return min(value, MAX_TIMEOUT_S)
+
+
+def _answer(answer: StateAnswer) -> Response:
+    return Response(answer.to_dict(), status=202 if answer.status == "pending" else 200)
+
+
+class StateView(ApiView):
+    @extend_schema(
+        tags=TAGS,
+        summary="State of a key, key group page or key range at a snapshot or epoch",
+        parameters=[
+            OpenApiParameter("key", str, description="Key value (repeat for several columns)."),
+            OpenApiParameter("key_type", str, description="str (default) or int."),
+            OpenApiParameter("key_group", int, description="A key group: a page of its keys."),
+            OpenApiParameter("key_from", str, description="Range start (inclusive)."),
+            OpenApiParameter("key_to", str, description="Range end (exclusive)."),
+            OpenApiParameter("limit", int),
+            OpenApiParameter("cursor", str),
+            OpenApiParameter("snapshot", str, description="Any revision (id, branch, tag)."),
+            OpenApiParameter("branch", str, description="Branch (default main)."),
+            OpenApiParameter("epoch", int, description="A committed epoch of the branch."),
+            OpenApiParameter("timeout", float, description="Seconds to wait for the epoch."),
+            OpenApiParameter("as_of_application", str, description="The caller's application."),
+            OpenApiParameter("as_of_branch", str),
+            OpenApiParameter("as_of_epoch", int, description="The caller's epoch."),
+            OpenApiParameter("as_of_source", str, description="Its source name (upstream)."),
+        ],
+        responses={
+            200: dict,
+            202: dict,
+            400: error("Bad query."),
+            404: error("Unknown application or revision."),
+        },
+    )
+    def get(self, request: Request, name: str) -> Response:
+        application = application_get(name=name)
+        repo = application_repository(application)
+        params = request.query_params
+        query = _query(request)
+        branch = params.get("branch") or "main"
+        timeout = _timeout(request)
+        epoch = _int(request, "epoch", low=1)
+        try:
+            if params.get("as_of_application"):
+                caller_app = application_get(name=params["as_of_application"])
+                caller_epoch = _int(request, "as_of_epoch", low=1)
+                if caller_epoch is None:
+                    raise InvalidRequest(
+                        "as_of_epoch is required with as_of_application",
+                        fields={"as_of_epoch": ["required"]},
+                    )
+                return _answer(
+                    state_as_of(
+                        repo,
+                        branch,
+                        caller=application_repository(caller_app),
+                        caller_branch=params.get("as_of_branch") or "main",
+                        caller_epoch=caller_epoch,
+                        caller_source=params.get("as_of_source") or "upstream",
+                        timeout=timeout,
+                        **query,
+                    )
+                )
+            if params.get("snapshot"):
+                if epoch is not None:
+                    raise InvalidRequest(
+                        "give snapshot or epoch, not both", fields={"epoch": ["with snapshot"]}
+                    )
+                return _answer(state_at(repo, params["snapshot"], **query))
+            if epoch is not None:
+                return _answer(state_at_epoch(repo, branch, epoch, timeout=timeout, **query))
+            return _answer(state_at(repo, branch, branch=branch, **query))
+        except StateQueryError as exc:
+            raise InvalidRequest(str(exc), code="invalid_state_query") from None
+
+
+class MappingView(ApiView):
+    @extend_schema(
+        tags=TAGS,
+        summary="Downstream epoch -> upstream epochs and snapshots read (branch outputs)",
+        parameters=[OpenApiParameter("branch", str, description="Branch (default main).")],
+        responses={200: dict, 404: error("Unknown application.")},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        application = application_get(name=name)
+        branch = request.query_params.get("branch") or "main"
+        entries = epoch_mapping(application_repository(application), branch)
+        return Response({"branch": branch, "results": [e.to_dict() for e in entries]})
+
+
+__all__ = ["MappingView", "StateView"]
