@@ -190,7 +190,7 @@ class BranchOutputSource:
 
     def prepare_epoch(self, control: Mapping[str, Any], epoch: int) -> None:
         """Before planning downstream epoch `epoch`: aligned mode is on when the control
-        document's ``alignment`` says ``aligned`` from an epoch <= `epoch`."""
+        document's ``alignment`` is an ``align`` command from an epoch <= `epoch`."""
         self.aligned = alignment_applies(control, epoch)
 
     def end_offsets(self, committed: Mapping[str, int], splits: Sequence[Split]) -> dict[str, int]:
@@ -216,7 +216,7 @@ class BranchOutputSource:
 def alignment_applies(control: Mapping[str, Any], epoch: int) -> bool:
     """Whether the control document puts downstream epoch `epoch` in aligned mode."""
     doc = control.get(ALIGNMENT)
-    if not isinstance(doc, Mapping) or doc.get("state") != "aligned":
+    if not isinstance(doc, Mapping) or doc.get("command") != "align":
         return False
     start = doc.get("from_epoch", 0)
     return isinstance(start, int) and epoch >= start
