@@ -85,18 +85,23 @@ def alignment_status(
     lag = sum(1 for e in ups if e.epoch > read)
     doc = control.get(ALIGNMENT)
     command = doc.get("command") if isinstance(doc, Mapping) else None
-    base = {"downstream_epoch": mine, "consumed_epoch": read, "upstream_epoch": latest, "lag": lag}
+    state, start, pending = "unaligned", None, False
     if command == "align":
         assert isinstance(doc, Mapping)
         start = int(doc.get("from_epoch", 0))
         done = manifest is not None and mine >= start and _aligned_head(repo, branch, source)
-        return AlignmentStatus(
-            "aligned" if done else "ready", from_epoch=start, pending=not done, **base
-        )
-    if command == "catch_up":
-        ready = read >= second_last
-        return AlignmentStatus("ready" if ready else "catching_up", **base)
-    return AlignmentStatus("unaligned", **base)
+        state, pending = ("aligned" if done else "ready"), not done
+    elif command == "catch_up":
+        state = "ready" if read >= second_last else "catching_up"
+    return AlignmentStatus(
+        state,
+        downstream_epoch=mine,
+        consumed_epoch=read,
+        upstream_epoch=latest,
+        lag=lag,
+        from_epoch=start,
+        pending=pending,
+    )
 
 
 def _aligned_head(repo: Repository, branch: str, source: BranchOutputSource) -> bool:
