@@ -29,32 +29,25 @@ def derived_commit(
     created_at: str,
     reason: str,
     provenance: Mapping[str, str],
-    **changes: Any,
+    parallelism: int | None = None,
+    code_version: str | None = None,
 ) -> str:
-    """Commit a manifest that reuses `source_id`'s state on `branch` (CAS from expected_head)."""
-    source = repo.read_manifest(source_id)
-    manifest = source.with_changes(
-        branch=branch,
-        parents=(source_id,),
-        kind=kind,
-        outputs=(),
-        operation_id=operation_id,
-        created_at=created_at,
-        stats={},
-        provenance={k: str(v) for k, v in provenance.items()},
-        extra={},
-        **changes,
-    )
-    snapshot_id = repo.write_manifest(manifest)
-    head = repo.read_ref(f"heads/{branch}")
-    if head is not None and head.target == snapshot_id:
-        return snapshot_id  # a retry after the commit succeeded
+    """Commit a manifest that reuses `source_id`'s state on `branch` (CAS from expected_head);
+    the engine's `new_branch_commit`, with a moved branch reported as a Conflict."""
+    from runners.engine.state_ops import new_branch_commit
+
     try:
-        return repo.commit(
-            manifest,
+        return new_branch_commit(
+            repo,
+            source_id,
             branch,
-            expected_head=expected_head,
+            kind=kind,
             operation_id=operation_id,
+            provenance={k: str(v) for k, v in provenance.items()},
+            code_version=code_version,
+            expected_head=expected_head,
+            created_at=created_at,
+            parallelism=parallelism,
             reason=reason,
         )
     except RefConflictError as exc:

@@ -196,7 +196,7 @@ def _migrate_state(ctx: PhaseContext) -> None:
             sid = state_ops.transform_state(
                 repo, base, fn, branch=job.branch, operation_id=op_id, reason=reason
             )
-    except (ValueError, LookupError, TypeError, ImportError) as exc:
+    except (state_ops.StateOperationError, ValueError, LookupError, TypeError, ImportError) as exc:
         raise OperationFailed(f"state migration failed: {exc}", code="migration_failed") from None
     ctx.operation.result = {**ctx.operation.result, "snapshot": sid}
     ctx.operation.save(update_fields=["result", "updated_at"])

@@ -24,6 +24,7 @@ from controlplane.operations.kinds.common import (
     resolve_snapshot,
     str_param,
 )
+from snapshots_store import Manifest
 
 
 class RollbackSpec(OperationSpec):
@@ -73,26 +74,23 @@ class RollbackSpec(OperationSpec):
         ]
 
 
-def source_retention_problem(job: Any, offsets: Mapping[str, Mapping[str, int]]) -> str | None:
-    """Why the job's source can no longer replay from `offsets` (None when it can)."""
+def source_retention_problem(job: Any, manifest: Manifest) -> str | None:
+    """Why the job's source can no longer replay from `manifest`'s offsets (None: it can)."""
     from runners.engine.main import load_job
+    from runners.engine.state_ops import replay_problem
 
     job_args = dict(job.version.config.get("job_args") or {})
     try:
         engine_job = load_job(job.version.job, job_args)
     except SystemExit as exc:  # load_job explains a bad reference or bad arguments
         return f"cannot load job {job.version.job}: {exc}"
-    source = engine_job.source
-    retained = getattr(source, "retained", None)
-    if retained is None:
-        return None
-    return retained(dict(offsets.get(source.name, {})))
+    return replay_problem(engine_job.source, manifest)
 
 
 def _check_source(ctx: PhaseContext) -> None:
     job = ctx.job
     manifest = job_repository(job).read_manifest(ctx.params["to"])
-    problem = source_retention_problem(job, manifest.offsets)
+    problem = source_retention_problem(job, manifest)
     if problem:
         raise OperationFailed(
             f"cannot roll back to {ctx.params['to'][:12]} (epoch {manifest.epoch}): the source "
