@@ -244,3 +244,22 @@ def test_expired_leases_are_taken_over(job: Job) -> None:
     assert op.lease_owner == "queued"
     assert reconcile_operations() == 0  # not again while queued
     assert execute(op.pk, owner="worker-b") == "succeeded"
+
+
+def test_scheduled_gc_removes_old_unreachable_objects_only(job: Job, tmp_path: Path) -> None:
+    import os
+    import time
+
+    from controlplane.operations.reconciler import collect_garbage_all
+    from snapshots_store.objects import object_key
+
+    ids = commit_epochs(job, 2)
+    repo = job_repository(job)
+    orphan = repo.put_object("chunk", b"written by a crashed epoch")
+    young = repo.put_object("chunk", b"written by an epoch still running")
+    old = time.time() - 3 * 86400
+    os.utime(tmp_path / "store" / "clicks" / object_key(orphan), (old, old))
+    report = collect_garbage_all()
+    assert report["objects_removed"] == 1
+    assert not repo.has_object(orphan) and repo.has_object(young)
+    assert [sid for sid, _ in repo.log("main")] == list(reversed(ids))
