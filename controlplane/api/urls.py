@@ -64,6 +64,7 @@ urlpatterns = [
         operations.JobOperationRequestView.as_view(),
         name="job-operations",
     ),
+    path("web/", webs.WebView.as_view(), name="web"),
     # operations, audit, users
     path("operations/", operations.OperationListView.as_view(), name="operation-list"),
     path(

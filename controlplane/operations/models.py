@@ -27,6 +27,8 @@ class OperationKind(models.TextChoices):
     ROLLBACK = "rollback"
     FORK = "fork"
     MIGRATE = "migrate"
+    ALIGN = "align"
+    HOTSWAP = "hotswap"
 
 
 class OperationState(models.TextChoices):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from controlplane.errors import InvalidRequest
 from controlplane.operations.framework import OperationSpec
+from controlplane.operations.kinds.align import AlignSpec
 from controlplane.operations.kinds.fork import ForkSpec
 from controlplane.operations.kinds.lifecycle import SavepointSpec, StartSpec, StopSpec
 from controlplane.operations.kinds.migrate import MigrateSpec
@@ -20,6 +21,7 @@ SPECS: dict[str, OperationSpec] = {
         RollbackSpec(),
         ForkSpec(),
         MigrateSpec(),
+        AlignSpec(),
     )
 }
 

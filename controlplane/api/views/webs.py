@@ -25,6 +25,7 @@ from controlplane.api.schema import error
 from controlplane.applications.selectors import application_get
 from controlplane.errors import InvalidRequest
 from controlplane.jobs.store import application_repository
+from controlplane.operations.webs import web_graph
 from runners.engine.branch_source import epoch_mapping
 from runners.engine.query import StateAnswer, StateQueryError, state_as_of, state_at, state_at_epoch
 
@@ -178,4 +179,14 @@ class MappingView(ApiView):
         return Response({"branch": branch, "results": [e.to_dict() for e in entries]})
 
 
-__all__ = ["MappingView", "StateView"]
+class WebView(ApiView):
+    @extend_schema(
+        tags=TAGS,
+        summary="The job web: jobs, branch-output edges, alignment state, lag and lag alarm",
+        responses={200: dict},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(web_graph())
+
+
+__all__ = ["MappingView", "StateView", "WebView"]

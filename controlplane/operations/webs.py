@@ -1,0 +1,172 @@
+"""The job web: jobs as nodes, branch-output edges (a job reading another's branch output),
+their alignment state and lag; topology validation (the web must be a DAG).
+
+Edges come from the store: the newest epoch on a job's branch records in ``extra.inputs``
+which (namespace, branch) it read. An operation that is about to add an edge (``align``,
+``hotswap``) validates the web with that edge added, so a cycle across jobs is refused
+before it exists, with an error naming the cycle.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from controlplane.errors import InvalidRequest
+from controlplane.jobs.models import Job
+from controlplane.jobs.store import job_repository
+from runners.engine.alignment import alignment_status
+from runners.engine.branch_source import INPUTS, BranchOutputSource
+from snapshots_store import StoreError
+
+#: a downstream more than this many upstream epochs behind raises the lag alarm
+LAG_ALARM_ENV = "EPOCHAL_WEB_LAG_ALARM_EPOCHS"
+
+
+def lag_alarm_epochs() -> int:
+    return int(os.environ.get(LAG_ALARM_ENV, "3"))
+
+
+@dataclass(frozen=True)
+class Edge:
+    upstream: str  # job names
+    downstream: str
+    source: str
+
+
+def source_for(upstream: Job, *, name: str = "upstream") -> BranchOutputSource:
+    """The branch-output source a downstream of `upstream` reads."""
+    return BranchOutputSource(
+        upstream.effective_store_url,
+        upstream.application.store_namespace,
+        upstream.branch,
+        name=name,
+    )
+
+
+def _inputs(job: Job) -> dict[str, dict[str, Any]]:
+    """``extra.inputs`` of the newest manifest on the job's branch that records any."""
+    try:
+        repo = job_repository(job)
+        if repo.read_ref(f"heads/{job.branch}") is None:
+            return {}
+        for _, manifest in repo.log(f"heads/{job.branch}", first_parent=True, limit=50):
+            inputs = manifest.extra.get(INPUTS)
+            if isinstance(inputs, dict) and inputs:
+                return {k: v for k, v in inputs.items() if isinstance(v, dict)}
+    except StoreError:
+        return {}
+    return {}
+
+
+def web_edges(jobs: Iterable[Job] | None = None) -> list[Edge]:
+    """Branch-output edges between the control plane's jobs, as the store records them."""
+    jobs = list(Job.objects.select_related("application") if jobs is None else jobs)
+    by_location = {(j.application.store_namespace, j.branch): j for j in jobs}
+    edges = []
+    for job in jobs:
+        for source, doc in sorted(_inputs(job).items()):
+            if doc.get("kind") != "branch_output":
+                continue
+            upstream = by_location.get((str(doc.get("namespace")), str(doc.get("branch"))))
+            if upstream is not None:
+                edges.append(Edge(upstream.name, job.name, source))
+    return edges
+
+
+def find_cycle(edges: Iterable[tuple[str, str]]) -> list[str] | None:
+    """A cycle in the directed graph as [a, b, …, a], or None when it is a DAG."""
+    graph: dict[str, list[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, []).append(b)
+        graph.setdefault(b, [])
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return None
+
+
+def validate_web(extra: Iterable[tuple[str, str]] = ()) -> None:
+    """Refuse (InvalidRequest) a web that would not be a DAG once `extra` edges are added."""
+    edges = [(e.upstream, e.downstream) for e in web_edges()] + list(extra)
+    cycle = find_cycle(edges)
+    if cycle is not None:
+        path = " -> ".join(cycle)
+        raise InvalidRequest(
+            f"the job web must be acyclic (seed 003: no cycles across jobs), but this would "
+            f"close the cycle {path}; break it by reading from another branch",
+            code="web_cycle",
+            fields={"upstream_job": [f"closes the cycle {path}"]},
+            detail={"cycle": cycle},
+        )
+
+
+def web_graph() -> dict[str, Any]:
+    """Nodes (jobs) and edges with alignment state, lag and the lag alarm."""
+    jobs = list(Job.objects.select_related("application").order_by("name"))
+    by_name = {j.name: j for j in jobs}
+    threshold = lag_alarm_epochs()
+    nodes = []
+    for job in jobs:
+        head_epoch = None
+        try:
+            repo = job_repository(job)
+            ref = repo.read_ref(f"heads/{job.branch}")
+            if ref is not None:
+                head_epoch = repo.read_manifest(ref.target).epoch
+        except StoreError:
+            pass
+        nodes.append(
+            {
+                "job": job.name,
+                "application": job.application.name,
+                "branch": job.branch,
+                "state": job.state,
+                "epoch": head_epoch,
+            }
+        )
+    edges = []
+    for edge in web_edges(jobs):
+        down = by_name[edge.downstream]
+        source = source_for(by_name[edge.upstream], name=edge.source)
+        repo = job_repository(down)
+        try:
+            status = alignment_status(repo, down.branch, source, repo.read_control(down.branch)[0])
+            info = status.to_dict()
+        except StoreError as exc:
+            info = {"state": "unknown", "lag": None, "error": str(exc)}
+        lag = info.get("lag")
+        edges.append(
+            {
+                "upstream": edge.upstream,
+                "downstream": edge.downstream,
+                "source": edge.source,
+                **info,
+                "lag_alarm": isinstance(lag, int) and lag > threshold,
+            }
+        )
+    return {"nodes": nodes, "edges": edges, "lag_alarm_epochs": threshold}
+
+
+__all__ = ["Edge", "find_cycle", "source_for", "validate_web", "web_edges", "web_graph"]
