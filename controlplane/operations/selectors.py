@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.db.models import QuerySet
 
@@ -44,3 +45,14 @@ def operation_list(
 
 def operation_active_for_job(*, job_id: int) -> Operation | None:
     return Operation.objects.filter(job_id=job_id, state__in=ACTIVE_STATES).first()
+
+
+def operation_for_idempotency_key(*, user: Any, idempotency_key: str) -> Operation | None:
+    """The operation `user` requested with `idempotency_key` (added for the REST API)."""
+    if not idempotency_key or user is None or not getattr(user, "is_authenticated", False):
+        return None
+    return (
+        Operation.objects.select_related("application", "job", "requested_by")
+        .filter(requested_by=user, idempotency_key=idempotency_key)
+        .first()
+    )

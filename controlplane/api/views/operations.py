@@ -19,7 +19,7 @@ from controlplane.api.schema import error
 from controlplane.api.serializers import OperationRequestSerializer, OperationSerializer
 from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_get
-from controlplane.errors import InvalidRequest
+from controlplane.errors import Conflict, InvalidRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.selectors import job_get
 from controlplane.operations import selectors, services
@@ -47,16 +47,25 @@ def _request(
 ) -> Response:
     body = OperationRequestSerializer(data=request.data)
     body.is_valid(raise_exception=True)
-    requested = services.operation_request(
-        kind=body.validated_data["kind"],
-        application=application,
-        job=job,
-        params=body.validated_data["params"],
-        reason=body.validated_data["reason"],
-        user=request.user,
-        idempotency_key=request.headers.get("Idempotency-Key", "").strip(),
-        via="api",
-    )
+    key = request.headers.get("Idempotency-Key", "").strip()
+    try:
+        requested = services.operation_request(
+            kind=body.validated_data["kind"],
+            application=application,
+            job=job,
+            params=body.validated_data["params"],
+            reason=body.validated_data["reason"],
+            user=request.user,
+            idempotency_key=key,
+            via="api",
+        )
+    except Conflict:
+        # A concurrent request with the same key may have committed between the service's
+        # key lookup and its conflict check: then this is a replay, not a conflict.
+        earlier = selectors.operation_for_idempotency_key(user=request.user, idempotency_key=key)
+        if earlier is None:
+            raise
+        requested = services.Requested(earlier, created=False)
     view.remember_operation(requested.operation)
     data = OperationSerializer(requested.operation, context={"request": request}).data
     headers = {"Location": data["url"]}
