@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from runners.engine.crash import crash_spec, maybe_crash
+from runners.engine.hotswap import HOLD as SWAP_HOLD
+from runners.engine.hotswap import SWAP, partner_reader, swap_gate
 from runners.engine.job import Job
 from runners.engine.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
 from runners.engine.sources import Split, end_offsets
@@ -151,6 +153,10 @@ class EpochRunner:
         p = check_parallelism(int(p), m)
         source = self.job.source
         committed = {} if parent is None else dict(parent.offsets.get(source.name, {}))
+        gate = swap_gate(control, last_epoch + 1, partner_reader(control))
+        if gate.hold is not None:  # a hot-swap holds this job before the epoch (hotswap.py)
+            self.stopped_reason = gate.hold
+            return None
         prepare = getattr(source, "prepare_epoch", None)  # optional hook (branch_source)
         if callable(prepare):
             prepare(control, last_epoch + 1)
@@ -203,6 +209,8 @@ class EpochRunner:
         for r in sorted(results, key=lambda r: r.task):
             key_groups.update(r.key_groups)
             outputs.extend(r.outputs)
+        if not gate.emit:  # a hot-swap voids this job's output of the epoch (state goes on)
+            outputs = []
         offsets = {} if parent is None else {s: dict(o) for s, o in parent.offsets.items()}
         ends = getattr(source, "end_offsets", None)  # optional hook: non-monotonic offsets
         offsets[source.name] = (
@@ -245,6 +253,7 @@ class EpochRunner:
                 "key": list(self.job.key_columns),
                 "control": _applied(control, p),
                 **_inputs(source, committed, splits),
+                **({} if gate.record is None else {SWAP: gate.record}),
             },
         )
         self.repo.write_manifest(manifest)
@@ -391,7 +400,12 @@ class EpochRunner:
         has no new data yet) rather than stop."""
         if self.interrupted is not None:
             return False
-        return self.stopped_reason == "paused" or (follow and self.stopped_reason == "no new data")
+        reason = self.stopped_reason or ""
+        return (
+            reason == "paused"
+            or reason.startswith(SWAP_HOLD)
+            or (follow and reason == "no new data")
+        )
 
 
 def _new_operation(control: dict[str, Any], parent: Manifest | None) -> str | None:
