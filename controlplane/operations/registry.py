@@ -6,6 +6,7 @@ from controlplane.errors import InvalidRequest
 from controlplane.operations.framework import OperationSpec
 from controlplane.operations.kinds.align import AlignSpec
 from controlplane.operations.kinds.fork import ForkSpec
+from controlplane.operations.kinds.hotswap import HotswapSpec
 from controlplane.operations.kinds.lifecycle import SavepointSpec, StartSpec, StopSpec
 from controlplane.operations.kinds.migrate import MigrateSpec
 from controlplane.operations.kinds.rescale import RescaleSpec
@@ -22,6 +23,7 @@ SPECS: dict[str, OperationSpec] = {
         ForkSpec(),
         MigrateSpec(),
         AlignSpec(),
+        HotswapSpec(),
     )
 }
 
