@@ -36,6 +36,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "controlplane.api",
+    "django_htmx",
     "web",
 ]
 
@@ -48,6 +49,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -96,8 +98,15 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = True
+STATICFILES_FINDERS = [
+    "django.contrib.staticfiles.finders.FileSystemFinder",
+    "django.contrib.staticfiles.finders.AppDirectoriesFinder",
+    "web.finders.PackageDataFinder",  # plotly.min.js from the plotly package (no CDN)
+]
 
-LOGIN_URL = "admin:login"
+LOGIN_URL = "web:login"
+LOGIN_REDIRECT_URL = "web:overview"
+LOGOUT_REDIRECT_URL = "web:login"
 
 # Celery: a broker that needs no server by default (filesystem), Redis or RabbitMQ in production.
 CELERY_BROKER_URL = config.broker_url()
@@ -180,6 +189,8 @@ EPOCHAL_AUDIT_READS = config.env_bool("EPOCHAL_AUDIT_READS", False)
 EPOCHAL_API_RATE = config.env("EPOCHAL_API_RATE", "100000/hour")
 EPOCHAL_METRICS_TOKEN = config.env("EPOCHAL_METRICS_TOKEN", "")
 EPOCHAL_METRICS_COMMIT_WINDOW = int(config.env("EPOCHAL_METRICS_COMMIT_WINDOW", "500"))
+# Dashboard: a running job with input waiting and no commit for this long shows an alarm.
+EPOCHAL_STALL_AFTER_S = float(config.env("EPOCHAL_STALL_AFTER_S", "120"))
 
 LOGGING = {
     "version": 1,

@@ -1,9 +1,46 @@
+from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from web import views
+from web.views import actions, applications, audit, base, jobs, lineage, operations, overview
 
 app_name = "web"
 urlpatterns = [
-    path("", views.home, name="home"),
-    path("healthz", views.healthz, name="healthz"),
+    path("", overview.overview, name="overview"),
+    path("healthz", base.healthz, name="healthz"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(
+            template_name="web/login.html", redirect_authenticated_user=True
+        ),
+        name="login",
+    ),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("jobs/<str:name>/", jobs.job_detail, name="job"),
+    path("jobs/<str:name>/live/", jobs.job_live, name="job-live"),
+    path("jobs/<str:name>/<str:kind>/", actions.job_action, name="job-action"),
+    path("applications/<str:app>/", applications.application_detail, name="application"),
+    path(
+        "applications/<str:app>/versions/<int:number>/",
+        applications.version_detail,
+        name="version",
+    ),
+    path("applications/<str:app>/lineage/", lineage.lineage, name="lineage"),
+    path(
+        "applications/<str:app>/snapshots/<str:snapshot_id>/",
+        lineage.snapshot_detail,
+        name="snapshot",
+    ),
+    path(
+        "applications/<str:app>/snapshots/<str:snapshot_id>/key/",
+        lineage.key_lookup,
+        name="key-lookup",
+    ),
+    path("applications/<str:app>/fork/", actions.fork, name="fork"),
+    path("operations/<str:operation_id>/", operations.operation_detail, name="operation"),
+    path(
+        "operations/<str:operation_id>/cancel/",
+        actions.operation_cancel_view,
+        name="operation-cancel",
+    ),
+    path("audit/", audit.audit, name="audit"),
 ]

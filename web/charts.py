@@ -1,0 +1,366 @@
+"""Plotly figures of the job page, as plain JSON-ready dicts (drawn by plotly.js, served
+locally). Each figure carries a `version` so the browser redraws only what changed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from controlplane.lineage.epoch_stats import EpochPoint
+from controlplane.lineage.state_reads import KeyGroupSizes
+from controlplane.operations.models import Operation
+from runners.engine.keygroups import key_group_ranges
+
+PALETTE = ["#2563eb", "#ea580c", "#16a34a", "#9333ea", "#0891b2", "#db2777", "#ca8a04", "#475569"]
+KIND_COLORS = {
+    "rescale": "#ea580c",
+    "rollback": "#dc2626",
+    "fork": "#9333ea",
+    "migration": "#0891b2",
+    "savepoint": "#ca8a04",
+    "start": "#16a34a",
+    "stop": "#475569",
+    "migrate": "#0891b2",
+}
+CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["lasso2d"]}
+
+
+def _t(moment: datetime) -> str:
+    """UTC wall time for a date axis (no offset: the axes are labelled UTC)."""
+    return moment.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def _layout(title: str, **more: Any) -> dict[str, Any]:
+    layout: dict[str, Any] = {
+        "title": {"text": title, "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
+        "margin": {"l": 48, "r": 16, "t": 30, "b": 32},
+        "height": 230,
+        "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)",
+        "font": {"family": "system-ui, sans-serif", "size": 11, "color": "#334155"},
+        "legend": {"orientation": "h", "y": -0.25, "x": 0},
+        "hovermode": "x unified",
+        "xaxis": {"gridcolor": "#e2e8f0", "zeroline": False},
+        "yaxis": {"gridcolor": "#e2e8f0", "zeroline": False, "rangemode": "tozero"},
+    }
+    layout.update(more)
+    return layout
+
+
+def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> dict[str, Any]:
+    body = json.dumps([data, layout], sort_keys=True, default=str)
+    return {
+        "data": data,
+        "layout": layout,
+        "version": hashlib.sha1(body.encode(), usedforsecurity=False).hexdigest()[:16],
+    }
+
+
+def _time_axis(points: Sequence[EpochPoint]) -> list[str]:
+    return [_t(p.committed_at or p.created_at) for p in points]
+
+
+def _epoch_text(points: Sequence[EpochPoint]) -> list[str]:
+    return [f"epoch {p.epoch} · {p.snapshot_id[:12]} · {p.kind}" for p in points]
+
+
+def timing(points: Sequence[EpochPoint]) -> dict[str, Any]:
+    x = _time_axis(points)
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": "epoch duration (s)",
+            "x": x,
+            "y": [p.process_s for p in points],
+            "text": _epoch_text(points),
+            "line": {"color": PALETTE[0], "width": 2},
+            "marker": {"size": 4},
+        },
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": "commit latency (ms)",
+            "x": x,
+            "y": [p.commit_latency_ms for p in points],
+            "yaxis": "y2",
+            "line": {"color": PALETTE[1], "width": 1.5, "dash": "dot"},
+            "marker": {"size": 4},
+        },
+    ]
+    layout = _layout(
+        "Epoch duration and commit latency",
+        yaxis={"title": {"text": "s"}, "gridcolor": "#e2e8f0", "rangemode": "tozero"},
+        yaxis2={
+            "title": {"text": "ms"},
+            "overlaying": "y",
+            "side": "right",
+            "showgrid": False,
+            "rangemode": "tozero",
+        },
+    )
+    layout["margin"]["r"] = 48
+    return _figure(data, layout)
+
+
+def throughput(points: Sequence[EpochPoint]) -> dict[str, Any]:
+    x = _time_axis(points)
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": "records in /s",
+            "x": x,
+            "y": [p.records_in_per_s for p in points],
+            "text": _epoch_text(points),
+            "line": {"color": PALETTE[2], "width": 2},
+            "marker": {"size": 4},
+        },
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": "rows out /s",
+            "x": x,
+            "y": [p.output_rows_per_s for p in points],
+            "line": {"color": PALETTE[3], "width": 2},
+            "marker": {"size": 4},
+        },
+    ]
+    return _figure(data, _layout("Records per second of epoch processing"))
+
+
+def bytes_written(points: Sequence[EpochPoint]) -> dict[str, Any]:
+    x = _time_axis(points)
+    data = [
+        {
+            "type": "bar",
+            "name": "bytes written",
+            "x": x,
+            "y": [p.bytes_written for p in points],
+            "text": _epoch_text(points),
+            "marker": {"color": PALETTE[0]},
+        },
+        {
+            "type": "bar",
+            "name": "changed state bytes",
+            "x": x,
+            "y": [p.changed_state_bytes for p in points],
+            "marker": {"color": PALETTE[4]},
+        },
+    ]
+    return _figure(data, _layout("Bytes per epoch", barmode="group"))
+
+
+def dead_letters(points: Sequence[EpochPoint]) -> dict[str, Any]:
+    data = [
+        {
+            "type": "bar",
+            "name": "dead letters",
+            "x": _time_axis(points),
+            "y": [p.dead_letters for p in points],
+            "text": _epoch_text(points),
+            "marker": {"color": "#dc2626"},
+        }
+    ]
+    return _figure(data, _layout("Dead letters per epoch", showlegend=False))
+
+
+def parallelism_over_time(
+    points: Sequence[EpochPoint], operations: Sequence[Operation]
+) -> dict[str, Any]:
+    """Parallelism of each commit as steps, with the job's operations as vertical markers."""
+    x = _time_axis(points)
+    data: list[dict[str, Any]] = [
+        {
+            "type": "scatter",
+            "mode": "lines",
+            "name": "parallelism",
+            "x": x,
+            "y": [p.parallelism for p in points],
+            "line": {"shape": "hv", "color": PALETTE[0], "width": 2},
+        }
+    ]
+    marked = [p for p in points if p.kind != "epoch"]
+    if marked:
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "operation commits",
+                "x": _time_axis(marked),
+                "y": [p.parallelism for p in marked],
+                "text": [f"{p.kind} · epoch {p.epoch} · {p.snapshot_id[:12]}" for p in marked],
+                "hoverinfo": "text",
+                "marker": {
+                    "size": 10,
+                    "symbol": "diamond",
+                    "color": [KIND_COLORS.get(p.kind, PALETTE[7]) for p in marked],
+                },
+            }
+        )
+    shapes, annotations = [], []
+    start = points[0].created_at if points else None
+    for op in operations:
+        moment = op.finished_at or op.started_at or op.created_at
+        if start is not None and moment < start:
+            continue
+        color = KIND_COLORS.get(op.kind, PALETTE[7])
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "x",
+                "yref": "paper",
+                "x0": _t(moment),
+                "x1": _t(moment),
+                "y0": 0,
+                "y1": 1,
+                "line": {"color": color, "width": 1, "dash": "dot"},
+            }
+        )
+        label = op.kind
+        if op.kind == "rescale":
+            label = (
+                f"rescale {op.params.get('from_parallelism', '?')}→{op.params.get('parallelism')}"
+            )
+        annotations.append(
+            {
+                "x": _t(moment),
+                "y": 1,
+                "xref": "x",
+                "yref": "paper",
+                "text": f"{label} ({op.state})",
+                "showarrow": False,
+                "textangle": -90,
+                "xanchor": "right",
+                "yanchor": "top",
+                "font": {"size": 9, "color": color},
+            }
+        )
+    top = max([p.parallelism for p in points] + [1])
+    layout = _layout(
+        "Parallelism over time, with operations",
+        shapes=shapes,
+        annotations=annotations,
+        showlegend=False,
+        yaxis={"gridcolor": "#e2e8f0", "range": [0, top + 1], "dtick": 1},
+    )
+    return _figure(data, layout)
+
+
+def heatmap(sizes: KeyGroupSizes | None) -> dict[str, Any]:
+    """State bytes per key group, M key groups laid out in rows of `width`."""
+    if sizes is None:
+        return _figure([], _layout("State size per key group (no snapshot yet)"))
+    m = sizes.max_parallelism
+    width = 16 if m >= 64 else max(1, m)
+    rows = math.ceil(m / width)
+    z: list[list[int | None]] = []
+    text: list[list[str]] = []
+    p = sizes.parallelism
+    ranges = key_group_ranges(p, m)
+    owner = [0] * m
+    for task, r in enumerate(ranges):
+        for g in r:
+            owner[g] = task
+    for row in range(rows):
+        z_row: list[int | None] = []
+        t_row: list[str] = []
+        for col in range(width):
+            g = row * width + col
+            if g >= m:
+                z_row.append(None)
+                t_row.append("")
+                continue
+            z_row.append(sizes.bytes[g])
+            t_row.append(
+                f"key group {g} · task {owner[g]} · {sizes.bytes[g]:,} B in {sizes.chunks[g]} "
+                "chunk(s)"
+            )
+        z.append(z_row)
+        text.append(t_row)
+    data = [
+        {
+            "type": "heatmap",
+            "z": z,
+            "text": text,
+            "hoverinfo": "text",
+            "x": list(range(width)),
+            "y": [r * width for r in range(rows)],
+            "colorscale": "YlOrRd",
+            "colorbar": {"title": {"text": "bytes"}, "thickness": 10},
+            "xgap": 1,
+            "ygap": 1,
+        }
+    ]
+    layout = _layout(
+        f"State size per key group (M={m}, snapshot {sizes.snapshot_id[:12]})",
+        hovermode="closest",
+        xaxis={"title": {"text": "key group (column)"}, "dtick": 1 if width <= 16 else None},
+        yaxis={"title": {"text": "first key group of row"}, "autorange": "reversed"},
+        height=max(200, 40 + rows * 16),
+    )
+    return _figure(data, layout)
+
+
+def allocation(
+    parallelism: int, max_parallelism: int, sizes: KeyGroupSizes | None
+) -> dict[str, Any]:
+    """Which task owns which key groups at `parallelism` (Flink's range allocation), and the
+    state bytes each task holds."""
+    ranges = key_group_ranges(parallelism, max_parallelism)
+    per_task = sizes.per_task(parallelism) if sizes is not None else [None] * parallelism
+    data = []
+    for task, r in enumerate(ranges):
+        held = per_task[task]
+        data.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": f"task {task}: key groups {r.start}-{r.end}",
+                "y": ["key groups"],
+                "x": [len(r)],
+                "base": [r.start],
+                "text": [f"task {task}"],
+                "textposition": "inside",
+                "insidetextanchor": "middle",
+                "hovertext": [
+                    f"task {task} owns key groups {r.start}-{r.end} ({len(r)})"
+                    + ("" if held is None else f" · {held:,} B of state")
+                ],
+                "hoverinfo": "text",
+                "marker": {"color": PALETTE[task % len(PALETTE)]},
+            }
+        )
+    layout = _layout(
+        f"Key-group → task allocation at parallelism {parallelism} (M={max_parallelism})",
+        barmode="overlay",
+        hovermode="closest",
+        height=170,
+        showlegend=parallelism <= 12,
+        xaxis={"range": [0, max_parallelism], "title": {"text": "key group"}},
+        yaxis={"visible": False},
+    )
+    layout["legend"] = {"orientation": "h", "y": -0.9, "x": 0}
+    return _figure(data, layout)
+
+
+def job_figures(
+    points: Sequence[EpochPoint],
+    operations: Sequence[Operation],
+    sizes: KeyGroupSizes | None,
+    parallelism: int,
+    max_parallelism: int,
+) -> dict[str, dict[str, Any]]:
+    return {
+        "timing": timing(points),
+        "throughput": throughput(points),
+        "bytes": bytes_written(points),
+        "dead-letters": dead_letters(points),
+        "parallelism": parallelism_over_time(points, operations),
+        "heatmap": heatmap(sizes),
+        "allocation": allocation(parallelism, max_parallelism, sizes),
+    }

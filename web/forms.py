@@ -1,0 +1,142 @@
+"""Forms of the dashboard's actions. Each turns into the `params` of one operation kind, which
+the kind's own `clean` validates (as for the REST API); these forms only parse."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django import forms
+
+from controlplane.operations.kinds.migrate import MODES as MIGRATE_MODES
+from controlplane.operations.kinds.rescale import MODES as RESCALE_MODES
+
+MIGRATE_WORDS = {
+    "copy": "move the lineage to another store and continue there",
+    "rehash": "change the max parallelism M (a migration commit)",
+    "transform": "apply a state migration function (a migration commit)",
+}
+
+
+class ActionForm(forms.Form):
+    reason = forms.CharField(
+        required=False,
+        max_length=1000,
+        widget=forms.TextInput(attrs={"placeholder": "why (kept in the audit log)"}),
+    )
+    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=200, required=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not self.is_bound:
+            # a repeated submission of the same rendered form asks for the same operation
+            self.initial.setdefault("idempotency_key", f"web-{uuid.uuid4()}")
+
+    def params(self) -> dict[str, Any]:
+        return {}
+
+
+class StartForm(ActionForm):
+    from_empty = forms.BooleanField(
+        required=False,
+        label="Create an empty initial snapshot when the branch has no commits",
+    )
+
+    def params(self) -> dict[str, Any]:
+        return {"from_empty": True} if self.cleaned_data["from_empty"] else {}
+
+
+class StopForm(ActionForm):
+    pass
+
+
+class RescaleForm(ActionForm):
+    parallelism = forms.IntegerField(min_value=1, max_value=32768)
+    mode = forms.ChoiceField(
+        choices=[(m, m) for m in RESCALE_MODES],
+        initial="auto",
+        help_text="live: at the next epoch boundary, no restart; restart: stop, commit, relaunch;"
+        " auto: live when the running job has the cores",
+    )
+
+    def params(self) -> dict[str, Any]:
+        return {"parallelism": self.cleaned_data["parallelism"], "mode": self.cleaned_data["mode"]}
+
+
+class RollbackForm(ActionForm):
+    to = forms.CharField(max_length=300, label="Roll back to snapshot")
+
+    def params(self) -> dict[str, Any]:
+        return {"to": self.cleaned_data["to"].strip()}
+
+
+class SavepointForm(ActionForm):
+    name = forms.CharField(
+        required=False, max_length=200, help_text="tag name; empty: savepoint-<branch>-e<epoch>"
+    )
+    snapshot = forms.CharField(required=False, max_length=300, help_text="empty: the branch head")
+    force_epoch = forms.BooleanField(
+        required=False, label="Wait for the next epoch and tag that one"
+    )
+
+    def params(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        params: dict[str, Any] = {"force_epoch": data["force_epoch"]}
+        if data["name"].strip():
+            params["name"] = data["name"].strip()
+        if data["snapshot"].strip():
+            params["snapshot"] = data["snapshot"].strip()
+        return params
+
+
+class ForkForm(ActionForm):
+    snapshot = forms.CharField(max_length=300, label="From snapshot")
+    branch = forms.CharField(max_length=200, label="New branch")
+    job_name = forms.CharField(
+        required=False, max_length=100, help_text="empty: <application>-<branch>"
+    )
+    code_version = forms.CharField(
+        required=False, max_length=255, help_text="empty: the source version's"
+    )
+    parallelism = forms.IntegerField(
+        required=False, min_value=1, max_value=32768, help_text="empty: the snapshot's"
+    )
+    start = forms.BooleanField(required=False, label="Start the new job right away")
+
+    def params(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        params: dict[str, Any] = {
+            "snapshot": data["snapshot"].strip(),
+            "branch": data["branch"].strip(),
+            "start": data["start"],
+        }
+        for name in ("job_name", "code_version"):
+            if data[name].strip():
+                params[name] = data[name].strip()
+        if data["parallelism"] is not None:
+            params["parallelism"] = data["parallelism"]
+        return params
+
+
+class MigrateForm(ActionForm):
+    mode = forms.ChoiceField(
+        choices=[(m, f"{m} — {MIGRATE_WORDS.get(m, m)}") for m in MIGRATE_MODES]
+    )
+    store_url = forms.CharField(required=False, max_length=1000, help_text="for copy")
+    max_parallelism = forms.IntegerField(
+        required=False, min_value=1, max_value=32768, help_text="for rehash"
+    )
+    function = forms.CharField(
+        required=False, max_length=255, help_text="for transform: module:attr"
+    )
+
+    def params(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        params: dict[str, Any] = {"mode": data["mode"]}
+        if data["store_url"].strip():
+            params["store_url"] = data["store_url"].strip()
+        if data["max_parallelism"] is not None:
+            params["max_parallelism"] = data["max_parallelism"]
+        if data["function"].strip():
+            params["function"] = data["function"].strip()
+        return params

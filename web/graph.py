@@ -1,0 +1,268 @@
+"""Lay out a window of the commit graph in lanes, like ``git log --graph``.
+
+Rows come newest first (a window of the lineage index, never the whole graph). Each lane
+waits for one snapshot id: a row takes the first lane waiting for it (lanes that also waited
+for it end there, drawn converging into the node), then the lane waits for its first parent;
+further parents (merges) take a lane of their own. Lanes keep their place, so lines stay
+straight. At most MAX_LANES lanes are drawn: a parent that would need another lane gets a
+short stub instead and its own lane when it shows up. Runs of plain epoch commits can be
+folded into one row ("compact").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from controlplane.lineage.selectors import SnapshotSummary
+
+ROW_H = 28
+LANE_W = 16
+MAX_LANES = 16
+LANE_COLORS = 8
+FOLD_MIN = 4  # fold a run of plain epochs when it is at least this long
+MARKED_KINDS = ("initial", "rescale", "rollback", "fork", "migration", "savepoint")
+
+
+@dataclass
+class _Step:
+    snapshot: SnapshotSummary
+    column: int
+    before: list[str | None]
+    after: list[str | None]
+    incoming: list[int]
+    parent_lanes: list[int]
+    stubs: int  # parents without a lane (over the cap)
+
+
+@dataclass
+class GraphRow:
+    """One drawn row: a snapshot, or a fold standing for several plain epoch commits."""
+
+    top: int
+    column: int
+    snapshot: SnapshotSummary | None
+    folded: list[SnapshotSummary] = field(default_factory=list)
+    refs: list[str] = field(default_factory=list)
+
+    @property
+    def is_fold(self) -> bool:
+        return self.snapshot is None
+
+    @property
+    def newest_epoch(self) -> int | None:
+        return self.folded[0].epoch if self.folded else None
+
+    @property
+    def oldest_epoch(self) -> int | None:
+        return self.folded[-1].epoch if self.folded else None
+
+
+@dataclass(frozen=True)
+class GraphLine:
+    d: str
+    lane: int
+    dashed: bool = False
+
+    @property
+    def color(self) -> int:
+        return self.lane % LANE_COLORS
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    x: int
+    y: int
+    kind: str
+    snapshot_id: str
+    title: str
+    lane: int
+    tagged: bool
+
+    @property
+    def color(self) -> int:
+        return self.lane % LANE_COLORS
+
+    @property
+    def marked(self) -> bool:
+        return self.kind in MARKED_KINDS
+
+
+@dataclass
+class GraphLayout:
+    rows: list[GraphRow]
+    lines: list[GraphLine]
+    nodes: list[GraphNode]
+    lanes: int
+    row_height: int = ROW_H
+
+    @property
+    def width(self) -> int:
+        return max(1, self.lanes) * LANE_W + LANE_W // 2
+
+    @property
+    def height(self) -> int:
+        return max(1, len(self.rows)) * ROW_H + ROW_H // 2
+
+
+def _x(lane: int) -> int:
+    return lane * LANE_W + LANE_W // 2 + 2
+
+
+def _line(x1: int, y1: int, x2: int, y2: int) -> str:
+    if x1 == x2:
+        return f"M{x1},{y1}V{y2}"
+    ym = (y1 + y2) // 2
+    return f"M{x1},{y1}C{x1},{ym} {x2},{ym} {x2},{y2}"
+
+
+def _free(lanes: list[str | None]) -> int:
+    for i, want in enumerate(lanes):
+        if want is None:
+            return i
+    return len(lanes)
+
+
+def _steps(snapshots: Sequence[SnapshotSummary]) -> list[_Step]:
+    lanes: list[str | None] = []
+    steps = []
+    for s in snapshots:
+        before = list(lanes)
+        incoming = [i for i, want in enumerate(lanes) if want == s.snapshot_id]
+        column = incoming[0] if incoming else _free(lanes)
+        for i in incoming[1:]:
+            lanes[i] = None
+        owned = column < MAX_LANES
+        if owned and column == len(lanes):
+            lanes.append(None)
+        parent_lanes: list[int] = []
+        stubs = 0
+        for position, parent in enumerate(s.parent_ids):
+            if position == 0 and owned:
+                lanes[column] = parent
+                parent_lanes.append(column)
+                continue
+            if parent in lanes:
+                parent_lanes.append(lanes.index(parent))
+                continue
+            slot = _free(lanes)
+            if slot >= MAX_LANES:
+                stubs += 1
+                continue
+            if slot == len(lanes):
+                lanes.append(None)
+            lanes[slot] = parent
+            parent_lanes.append(slot)
+        if owned and not s.parent_ids:
+            lanes[column] = None
+        while lanes and lanes[-1] is None:
+            lanes.pop()
+        steps.append(_Step(s, column, before, list(lanes), incoming, parent_lanes, stubs))
+    return steps
+
+
+def _plain(step: _Step, refs: Mapping[str, list[str]], next_id: str | None) -> bool:
+    s = step.snapshot
+    return (
+        s.kind == "epoch"
+        and not refs.get(s.snapshot_id)
+        and len(s.parent_ids) == 1
+        and s.parent_ids[0] == next_id
+        and step.incoming == [step.column]
+        and step.parent_lanes == [step.column]
+    )
+
+
+def _title(s: SnapshotSummary, refs: list[str]) -> str:
+    lines = [
+        f"{s.kind} · epoch {s.epoch} · {s.branch}",
+        s.snapshot_id,
+        f"parallelism {s.parallelism} of M={s.max_parallelism} · {s.created_at:%Y-%m-%d %H:%M:%S}",
+    ]
+    if s.code_version:
+        lines.append(f"code version {s.code_version}")
+    lines += [f"{key}: {value}" for key, value in sorted(s.provenance.items()) if value != ""]
+    lines += refs
+    return "\n".join(lines)
+
+
+def layout(
+    snapshots: Sequence[SnapshotSummary],
+    refs: Mapping[str, list[str]] | None = None,
+    *,
+    fold: bool = False,
+) -> GraphLayout:
+    """The drawing of `snapshots` (newest first) with `refs` (snapshot id -> ref names)."""
+    refs = refs or {}
+    steps = _steps(snapshots)
+    # which steps are hidden in a fold: the middle of a run of plain epochs
+    hidden = [False] * len(steps)
+    if fold:
+        i = 0
+        while i < len(steps):
+            j = i
+            while j + 1 < len(steps) and _plain(steps[j], refs, steps[j + 1].snapshot.snapshot_id):
+                j += 1
+            # steps i..j form a chain where each is the first parent's child of the next
+            if j - i + 1 >= FOLD_MIN + 2:
+                for k in range(i + 1, j):
+                    hidden[k] = True
+            i = j + 1
+
+    rows: list[GraphRow] = []
+    lines: list[GraphLine] = []
+    nodes: list[GraphNode] = []
+    lanes_used = 0
+    k = 0
+    while k < len(steps):
+        step = steps[k]
+        top = len(rows) * ROW_H
+        mid, bottom = top + ROW_H // 2, top + ROW_H
+        if hidden[k]:
+            run = []
+            while k < len(steps) and hidden[k]:
+                run.append(steps[k].snapshot)
+                k += 1
+            rows.append(GraphRow(top, step.column, None, folded=run))
+            for lane, want in enumerate(step.before):
+                if want is not None:
+                    lines.append(
+                        GraphLine(_line(_x(lane), top, _x(lane), bottom), lane, lane == step.column)
+                    )
+            continue
+        s = step.snapshot
+        row_refs = sorted(refs.get(s.snapshot_id, []))
+        rows.append(GraphRow(top, step.column, s, refs=row_refs))
+        x = _x(step.column)
+        for lane, want in enumerate(step.before):
+            if want is None:
+                continue
+            if want == s.snapshot_id:
+                lines.append(GraphLine(_line(_x(lane), top, x, mid), lane))
+            else:
+                lines.append(GraphLine(_line(_x(lane), top, _x(lane), bottom), lane))
+        for lane in step.parent_lanes:
+            lines.append(GraphLine(_line(x, mid, _x(lane), bottom), lane))
+        if step.stubs:
+            lines.append(GraphLine(f"M{x},{mid}l{LANE_W // 2},{ROW_H // 2}", step.column, True))
+        nodes.append(
+            GraphNode(
+                x=x,
+                y=mid,
+                kind=s.kind,
+                snapshot_id=s.snapshot_id,
+                title=_title(s, row_refs),
+                lane=step.column,
+                tagged=any(r.startswith("tags/") for r in row_refs),
+            )
+        )
+        lanes_used = max(lanes_used, step.column + 1, len(step.before), len(step.after))
+        k += 1
+    if steps:  # lanes that go on below the window
+        bottom = len(rows) * ROW_H
+        for lane, want in enumerate(steps[-1].after):
+            if want is not None:
+                lines.append(
+                    GraphLine(_line(_x(lane), bottom, _x(lane), bottom + ROW_H // 2), lane, True)
+                )
+    return GraphLayout(rows, lines, nodes, min(lanes_used, MAX_LANES + 1))

@@ -1,0 +1,89 @@
+"""Filters the templates share: short ids, sizes, ages."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django import template
+from django.utils import timezone
+
+register = template.Library()
+
+
+@register.filter
+def short(value: Any, length: int = 12) -> str:
+    """The first characters of a snapshot or operation id."""
+    return str(value or "")[: int(length)]
+
+
+@register.filter
+def size(value: Any) -> str:
+    """Bytes in words: 0 B, 812 B, 14.2 KB, 3.1 MB."""
+    if value is None or value == "":
+        return "—"
+    n = float(value)
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(n) < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TB"
+
+
+def seconds_words(seconds: float) -> str:
+    seconds = max(0.0, float(seconds))
+    if seconds < 1:
+        return "now"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+@register.filter
+def duration(value: Any) -> str:
+    """Seconds in words (None: —)."""
+    return "—" if value is None else seconds_words(float(value))
+
+
+@register.filter
+def ago(value: datetime | None) -> str:
+    """How long ago a moment was: "12 s ago"."""
+    if value is None:
+        return "never"
+    words = seconds_words((timezone.now() - value).total_seconds())
+    return "just now" if words == "now" else f"{words} ago"
+
+
+@register.filter
+def percent(value: Any) -> str:
+    return "—" if value is None else f"{float(value) * 100:.0f}%"
+
+
+@register.filter
+def number(value: Any) -> str:
+    """Thousands separated."""
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, float) and not value.is_integer():
+        return f"{value:,.1f}"
+    return f"{int(value):,}"
+
+
+@register.filter
+def get(mapping: Any, key: Any) -> Any:
+    """mapping[key] in a template (None when absent)."""
+    try:
+        return mapping[key]
+    except (KeyError, IndexError, TypeError):
+        return None
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """Indented JSON (values JSON does not know are written as text)."""
+    return json.dumps(value, indent=2, sort_keys=True, default=str)

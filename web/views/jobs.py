@@ -1,0 +1,75 @@
+"""The job page: live charts, key groups and their tasks, the running operation, commits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpRequest, HttpResponse
+from django.utils.html import json_script
+
+from controlplane.errors import NotFound
+from controlplane.jobs.health import job_health
+from controlplane.jobs.models import Job
+from controlplane.jobs.selectors import job_current_run, job_get
+from controlplane.lineage.epoch_stats import epoch_series
+from controlplane.lineage.state_reads import KeyGroupSizes, key_group_sizes
+from controlplane.operations.selectors import operation_list
+from web import charts
+from web.access import viewer_required
+from web.views.base import domain_errors, page
+
+CHART_EPOCHS = 200
+RECENT_COMMITS = 12
+
+
+def job_context(job: Job) -> dict[str, Any]:
+    """Everything the job page and its live refresh show."""
+    [health] = job_health([job])
+    points = epoch_series(application=job.application, branch=job.branch, limit=CHART_EPOCHS)
+    operations = list(operation_list(job=job.name)[:30])
+    head = health.head
+    sizes: KeyGroupSizes | None = None
+    state_note = ""
+    if head is not None:
+        try:
+            sizes = key_group_sizes(application=job.application, snapshot_id=head.snapshot_id)
+        except NotFound as exc:
+            state_note = exc.message
+        if sizes is not None and sizes.missing:
+            state_note = (
+                f"{sizes.missing} state chunk(s) of the head are missing from the store: "
+                "run `python -m snapshots_store fsck`"
+            )
+    parallelism = head.parallelism if head is not None else job.parallelism
+    max_parallelism = head.max_parallelism if head is not None else job.application.max_parallelism
+    figures = charts.job_figures(points, operations, sizes, parallelism, max_parallelism)
+    last = points[-1] if points else None
+    return {
+        "job": job,
+        "health": health,
+        "head": head,
+        "last": last,
+        "run": job_current_run(job),
+        "operation": health.operation,
+        "recent_operations": [op for op in operations if not op.active][:6],
+        "commits": list(reversed(points[-RECENT_COMMITS:])),
+        "sizes": sizes,
+        "state_note": state_note,
+        "allocation_parallelism": parallelism,
+        "max_parallelism": max_parallelism,
+        "figures": json_script(figures, "chart-data"),
+        "chart_config": json_script(charts.CONFIG, "chart-config"),
+    }
+
+
+@viewer_required
+@domain_errors
+def job_detail(request: HttpRequest, name: str) -> HttpResponse:
+    return page(request, "web/job.html", job_context(job_get(name=name)))
+
+
+@viewer_required
+@domain_errors
+def job_live(request: HttpRequest, name: str) -> HttpResponse:
+    """The page's live parts, swapped in out of band (one request refreshes them all)."""
+    return page(request, "web/partials/job_live.html", job_context(job_get(name=name)))

@@ -1,0 +1,247 @@
+"""The lineage page: a window of the commit graph across branches, and one snapshot in detail
+(manifest, diff with its parent, the state of a key)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db.models import Count
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
+from django.urls import reverse
+
+from controlplane.applications.models import Application
+from controlplane.applications.selectors import application_get
+from controlplane.errors import EpochalError, InvalidRequest, NotFound
+from controlplane.jobs.models import Job
+from controlplane.lineage.errors import InvalidCursorError, UnknownRevisionError
+from controlplane.lineage.models import Branch, Snapshot, SnapshotParent, Tag
+from controlplane.lineage.selectors import (
+    SnapshotSummary,
+    branch_list,
+    lineage_graph_page,
+    snapshot_get,
+    snapshot_is_ancestor,
+    snapshot_log,
+)
+from controlplane.lineage.state_reads import key_state_at
+from controlplane.lineage.store_reads import snapshot_diff, snapshot_manifest_extras
+from controlplane.operations.models import Operation
+from snapshots_store import StoreError
+from web import graph
+from web.access import viewer_required
+from web.views.base import domain_errors, is_htmx, page
+
+PAGE_SIZES = (50, 100, 200, 500)
+DEFAULT_PAGE = 100
+EVENTS = 15
+DIFF_ROWS = 40
+
+
+def _refs_for(application: Application, ids: list[str]) -> dict[str, list[str]]:
+    refs: dict[str, list[str]] = {}
+    branches = Branch.objects.filter(application=application, head__snapshot_id__in=ids)
+    for name, sid in branches.values_list("name", "head__snapshot_id"):
+        refs.setdefault(sid, []).append(f"heads/{name}")
+    tags = Tag.objects.filter(application=application, target__snapshot_id__in=ids)
+    for name, sid in tags.values_list("name", "target__snapshot_id"):
+        refs.setdefault(sid, []).append(f"tags/{name}")
+    return refs
+
+
+def _resolve_at(application: Application, at: str) -> Snapshot | None:
+    """A snapshot named by a full id, a unique id prefix (at least 6 hex), a branch or a tag."""
+    at = at.strip()
+    if not at:
+        return None
+    try:
+        return snapshot_get(application=application, rev=at)
+    except UnknownRevisionError:
+        pass
+    if len(at) >= 6 and all(c in "0123456789abcdef" for c in at):
+        found = list(
+            Snapshot.objects.filter(application=application, snapshot_id__startswith=at)[:2]
+        )
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise InvalidRequest(f"{at!r} is the start of several snapshot ids; type more of it")
+    raise InvalidRequest(
+        f"no snapshot, branch or tag {at!r} in {application.name}; paste a snapshot id (or its "
+        "first 6+ characters), a branch or a tag name"
+    )
+
+
+def _window(
+    application: Application, *, branch: str, cursor: str | None, limit: int
+) -> tuple[list[SnapshotSummary], dict[str, list[str]], str | None]:
+    if branch:
+        log = snapshot_log(
+            application=application, rev=f"heads/{branch}", limit=limit, cursor=cursor
+        )
+        ids = [s.snapshot_id for s in log.snapshots]
+        return log.snapshots, _refs_for(application, ids), log.next_cursor
+    page_ = lineage_graph_page(application=application, limit=limit, cursor=cursor)
+    return page_.snapshots, page_.refs, page_.next_cursor
+
+
+@viewer_required
+@domain_errors
+def lineage(request: HttpRequest, app: str) -> HttpResponse:
+    application = application_get(name=app)
+    branch = request.GET.get("branch", "").strip()
+    cursor = request.GET.get("cursor") or None
+    fold = request.GET.get("fold") == "1"
+    problems: list[str] = []
+    try:
+        limit = int(request.GET.get("size", DEFAULT_PAGE))
+    except ValueError:
+        limit = DEFAULT_PAGE
+    if limit not in PAGE_SIZES:
+        limit = DEFAULT_PAGE
+    branches = branch_list(application=application)
+    if branch and branch not in {b.name for b in branches}:
+        problems.append(f"{application.name} has no branch {branch!r}; showing every branch")
+        branch = ""
+    selected: Snapshot | None = None
+    at = request.GET.get("at", "")
+    if at:
+        try:
+            selected = _resolve_at(application, at)
+        except InvalidRequest as exc:
+            problems.append(exc.message)
+        if selected is not None and cursor is None:
+            # open the window a few rows above the selected snapshot
+            above = f"{selected.generation + 3}:{'f' * 64}"
+            cursor = above if branch else str(selected.pk + 4)
+    try:
+        snapshots, refs, next_cursor = _window(
+            application, branch=branch, cursor=cursor, limit=limit
+        )
+    except (InvalidCursorError, UnknownRevisionError) as exc:
+        problems.append(f"{exc}")
+        cursor = None
+        snapshots, refs, next_cursor = _window(application, branch=branch, cursor=None, limit=limit)
+    drawing = graph.layout(snapshots, refs, fold=fold)
+    kinds = dict(
+        Snapshot.objects.filter(application=application)
+        .values_list("kind")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    events = list(
+        Snapshot.objects.filter(application=application)
+        .exclude(kind="epoch")
+        .order_by("-id")
+        .values("snapshot_id", "kind", "branch", "epoch", "created_at")[:EVENTS]
+    )
+    context: dict[str, Any] = {
+        "application": application,
+        "layout": drawing,
+        "branch": branch,
+        "branches": branches,
+        "tags_count": Tag.objects.filter(application=application, target__isnull=False).count(),
+        "kinds": kinds,
+        "total": sum(kinds.values()),
+        "events": events,
+        "cursor": cursor,
+        "next_cursor": next_cursor,
+        "size": limit,
+        "sizes": PAGE_SIZES,
+        "fold": fold,
+        "problems": problems,
+        "selected": selected.snapshot_id if selected else "",
+        "at": at,
+    }
+    if selected is not None:
+        context.update(_snapshot_context(request, application, selected))
+    return page(request, "web/lineage.html", context)
+
+
+def _snapshot_context(
+    request: HttpRequest, application: Application, snapshot: Snapshot
+) -> dict[str, Any]:
+    extras = snapshot_manifest_extras(application=application, snapshot_id=snapshot.snapshot_id)
+    diff, diff_error = None, ""
+    if snapshot.parent_ids:
+        try:
+            diff = snapshot_diff(application=application, snapshot=snapshot)
+        except (StoreError, EpochalError) as exc:
+            diff_error = f"the diff needs both manifests from the store: {exc}"
+    children = list(
+        SnapshotParent.objects.filter(parent=snapshot)
+        .select_related("child")
+        .values_list("child__snapshot_id", "child__kind", "child__branch")
+    )
+    operation = None
+    try:
+        if snapshot.operation_id:
+            operation = Operation.objects.filter(pk=uuid.UUID(snapshot.operation_id)).first()
+    except ValueError:
+        operation = None
+    rollback_jobs, savepoint_jobs = [], []
+    for job in Job.objects.filter(application=application).order_by("name"):
+        head = f"heads/{job.branch}"
+        try:
+            on_branch = snapshot_is_ancestor(
+                application=application, ancestor=snapshot.snapshot_id, descendant=head
+            )
+            is_head = snapshot_get(application=application, rev=head).pk == snapshot.pk
+        except UnknownRevisionError:
+            continue
+        if on_branch:
+            savepoint_jobs.append(job)
+            if not is_head:
+                rollback_jobs.append(job)
+    diff_changes = []
+    if diff is not None:
+        diff_changes = [("added", c) for c in diff.added] + [("changed", c) for c in diff.changed]
+        diff_changes += [("removed", c) for c in diff.removed]
+    return {
+        "snapshot": snapshot,
+        "extras": extras,
+        "diff": diff,
+        "diff_error": diff_error,
+        "diff_changes": diff_changes[:DIFF_ROWS],
+        "diff_more": max(0, len(diff_changes) - DIFF_ROWS),
+        "children": children,
+        "snapshot_refs": _refs_for(application, [snapshot.snapshot_id]).get(
+            snapshot.snapshot_id, []
+        ),
+        "snapshot_operation": operation,
+        "rollback_jobs": rollback_jobs,
+        "savepoint_jobs": savepoint_jobs,
+        "key_columns": (extras or {}).get("extra", {}).get("key") or [],
+    }
+
+
+@viewer_required
+@domain_errors
+def snapshot_detail(request: HttpRequest, app: str, snapshot_id: str) -> HttpResponse:
+    application = application_get(name=app)
+    snapshot = snapshot_get(application=application, rev=snapshot_id)
+    if not is_htmx(request):
+        url = reverse("web:lineage", args=[application.name])
+        return redirect(f"{url}?at={snapshot.snapshot_id}")
+    context = {"application": application, **_snapshot_context(request, application, snapshot)}
+    return page(request, "web/partials/snapshot.html", context)
+
+
+@viewer_required
+@domain_errors
+def key_lookup(request: HttpRequest, app: str, snapshot_id: str) -> HttpResponse:
+    application = application_get(name=app)
+    snapshot = snapshot_get(application=application, rev=snapshot_id)
+    key = request.GET.get("key", "")
+    context: dict[str, Any] = {"application": application, "snapshot": snapshot, "key": key}
+    try:
+        context["state"] = key_state_at(
+            application=application, snapshot_id=snapshot.snapshot_id, key=key
+        )
+    except (InvalidRequest, NotFound) as exc:
+        context["lookup_error"] = exc.message
+    status = 400 if "lookup_error" in context and not is_htmx(request) else 200
+    if not is_htmx(request):
+        return page(request, "web/key_lookup.html", context, status=status)
+    return page(request, "web/partials/key_state.html", context)

@@ -1,0 +1,52 @@
+"""The overview: every job at a glance, with filters and alarms; refreshed live."""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, HttpResponse
+
+from controlplane.applications.models import Application
+from controlplane.jobs.health import job_health, stall_after_s
+from controlplane.jobs.models import JobState
+from controlplane.jobs.selectors import job_list
+from controlplane.operations.selectors import operation_list
+from web.access import viewer_required
+from web.views.base import is_htmx, page
+
+LEVELS = ("alarm", "warn", "ok", "idle")
+
+
+@viewer_required
+def overview(request: HttpRequest) -> HttpResponse:
+    application = request.GET.get("application", "").strip()
+    state = request.GET.get("state", "").strip()
+    query = request.GET.get("q", "").strip()
+    alarms_only = request.GET.get("alarms") == "1"
+    problems = []
+    if state and state not in JobState.values:
+        problems.append(
+            f"state {state!r} is not a job state; choose one of {list(JobState.values)}"
+        )
+        state = ""
+    known = list(Application.objects.order_by("name").values_list("name", flat=True))
+    if application and application not in known:
+        problems.append(f"there is no application {application!r}; showing every application")
+        application = ""
+    jobs = job_list(application=application or None, state=state or None)
+    if query:
+        jobs = jobs.filter(name__icontains=query)
+    health = job_health(jobs)
+    counts = {level: sum(1 for h in health if h.level == level) for level in LEVELS}
+    if alarms_only:
+        health = [h for h in health if h.level in ("alarm", "warn")]
+    context = {
+        "health": health,
+        "counts": counts,
+        "filters": {"application": application, "state": state, "q": query, "alarms": alarms_only},
+        "applications": known,
+        "states": JobState.values,
+        "problems": problems,
+        "stall_after_s": stall_after_s(),
+        "operations": list(operation_list()[:8]),
+    }
+    template = "web/partials/overview_live.html" if is_htmx(request) else "web/overview.html"
+    return page(request, template, context)
