@@ -249,6 +249,6 @@ class MetricsView(APIView):
     ) -> Response:
         response = super().finalize_response(request, response, *args, **kwargs)
         if response.status_code >= 400:
-            response["Content-Type"] = "application/json"
+            response.content_type = "application/json"  # the error body is JSON
         audit_api_request(request, response, source="metrics")
         return response
