@@ -619,3 +619,14 @@ def _datetime(value: Any) -> datetime:
         value = parse_datetime(value)
     assert isinstance(value, datetime)
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+def branch_head(*, application: Application, branch: str) -> Snapshot | None:
+    """The indexed head of `branch` (None when the branch is unknown or deleted), in one
+    query (added for the REST API's job detail)."""
+    found = (
+        Branch.objects.filter(application=application, name=branch, head__isnull=False)
+        .select_related("head")
+        .first()
+    )
+    return None if found is None else found.head

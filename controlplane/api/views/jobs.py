@@ -23,8 +23,7 @@ from controlplane.applications.selectors import application_get, version_get, ve
 from controlplane.errors import InvalidRequest
 from controlplane.jobs import selectors, services
 from controlplane.jobs.models import JobState
-from controlplane.lineage.errors import UnknownRevisionError
-from controlplane.lineage.selectors import snapshot_get
+from controlplane.lineage.selectors import branch_head
 from controlplane.operations.selectors import operation_active_for_job
 
 TAGS = ["jobs"]
@@ -96,10 +95,7 @@ class JobDetailView(ApiView):
     @extend_schema(tags=TAGS, responses={200: JobDetailSerializer})
     def get(self, request: Request, name: str) -> Response:
         job = selectors.job_get(name=name)
-        try:
-            head = snapshot_get(application=job.application, rev=f"heads/{job.branch}")
-        except UnknownRevisionError:
-            head = None
+        head = branch_head(application=job.application, branch=job.branch)
         ctx = {
             "request": request,
             "application": job.application.name,

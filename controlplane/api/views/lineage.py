@@ -24,6 +24,8 @@ from controlplane.api.serializers import (
     SnapshotDiffSerializer,
     SnapshotSummarySerializer,
     TagSerializer,
+    snapshot_summaries,
+    snapshot_url_prefix,
 )
 from controlplane.applications.selectors import application_get
 from controlplane.errors import InvalidRequest
@@ -95,8 +97,7 @@ class SnapshotLogView(ApiView):
             limit=page_limit(request),
             cursor=request.query_params.get("cursor") or None,
         )
-        ctx = {"request": request, "application": application.name}
-        data = SnapshotSummarySerializer(page.snapshots, many=True, context=ctx).data
+        data = snapshot_summaries(page.snapshots, snapshot_url_prefix(request, application.name))
         return Response(page_response_data(request, data, page.next_cursor))
 
 
@@ -162,12 +163,12 @@ class LineageGraphView(ApiView):
             limit=page_limit(request, default=200),
             cursor=request.query_params.get("cursor") or None,
         )
-        ctx = {"request": request, "application": application.name}
+        prefix = snapshot_url_prefix(request, application.name)
         data = page_response_data(
-            request,
-            SnapshotSummarySerializer(page.snapshots, many=True, context=ctx).data,
-            page.next_cursor,
+            request, snapshot_summaries(page.snapshots, prefix), page.next_cursor
         )
-        data["edges"] = GraphEdgeSerializer(page.edges, many=True).data
+        data["edges"] = [
+            {"child": e.child, "parent": e.parent, "position": e.position} for e in page.edges
+        ]
         data["refs"] = page.refs
         return Response(data)

@@ -1,0 +1,379 @@
+"""REST API latency under load: `python -m bench.api [--snapshots 100000 --clients 50 …]`.
+
+1. Creates a scratch database next to the one `DATABASE_URL` names (PostgreSQL:
+   ``<name>_bench_api``, dropped afterwards; SQLite: a file in a temporary folder), migrates
+   it, and bulk-loads a synthetic lineage of `--snapshots` snapshots over `--branches`
+   branches with the lineage benchmark's builder (`bench.lineage.build_index`), plus an
+   application version, a job on `main` and a viewer with an API token.
+2. Serves the control plane with gunicorn (`gthread` workers) on a free loopback port.
+3. Runs `--clients` concurrent clients for `--seconds`. Each client keeps one HTTP/1.1
+   connection and sends `--rate` requests per second (paced, with jitter), cycling through
+   the endpoints: the job (`GET /api/jobs/bench-job/`), a page of a random branch's log
+   (`GET …/snapshots/?rev=heads/<b>&limit=50`, half first-parent), a random page of the
+   lineage graph (`GET …/lineage/?limit=100&cursor=<id>`) and, as the baseline measured under
+   the same load, `GET /healthz` (one `SELECT 1`, no auth, no serializer).
+
+Progress goes to stderr; the last stdout line is one JSON object: `clients`, `snapshots`,
+`p50_ms`, `p99_ms` and `errors` over the three API endpoints, per-endpoint p50/p99, the
+healthz baseline and the ratios to it, the offered and achieved request rates and the load
+of the machine. Nothing is compared with a fixed figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from bench.timing import percentile
+
+ROOT = Path(__file__).resolve().parent.parent
+JOB = "bench-job"
+ENDPOINTS = ("job", "snapshots", "lineage", "healthz")
+API_ENDPOINTS = ENDPOINTS[:-1]
+
+
+def log(message: str) -> None:
+    print(f"[bench.api {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- the scratch database -------------------------------------------------------------------
+
+
+@contextmanager
+def scratch_database(url: str, keep: bool) -> Iterator[str]:
+    """A fresh database beside the one `url` names; yields its URL."""
+    parts = urlsplit(url)
+    if parts.scheme.startswith("postgres"):
+        import psycopg
+
+        name = (parts.path.lstrip("/") or "postgres") + "_bench_api"
+        admin = urlunsplit(parts._replace(scheme="postgresql", path="/postgres"))
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield urlunsplit(parts._replace(path=f"/{name}"))
+        finally:
+            if not keep:
+                with psycopg.connect(admin, autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-api-") as folder:
+        yield f"sqlite:///{folder}/bench.sqlite3"
+
+
+def prepare(*, snapshots: int, branches: int, seed: int) -> dict[str, Any]:
+    """Migrate, load the lineage, create the job and a viewer; facts for the clients."""
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+    from django.db import connection, connections
+
+    from bench.lineage import build_index
+    from controlplane.accounts.services import user_create, user_token
+    from controlplane.applications.services import version_create
+    from controlplane.jobs.services import job_create
+    from controlplane.lineage.models import Snapshot
+
+    call_command("migrate", verbosity=0)
+    facts = build_index(snapshots=snapshots, branches=branches, seed=seed)
+    application = facts["application"]
+    version = version_create(application=application, job="examples.clickstream:job")
+    job_create(name=JOB, application=application, version=version, branch="main")
+    token = user_token(user=user_create(username="bench-viewer", role="viewer"))
+    ids = Snapshot.objects.filter(application=application).values_list("id", flat=True)
+    low, high = min(ids), max(ids)
+    vendor = connection.vendor
+    connections.close_all()
+    return {
+        "application": application.name,
+        "branches": facts["branch_names"],
+        "snapshots": len(facts["snapshot_ids"]),
+        "pk_range": (low, high),
+        "token": token,
+        "database": vendor,
+        "build_s": facts["build_s"],
+    }
+
+
+# -- the server -----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def gunicorn(database_url: str, *, workers: int, threads: int) -> Iterator[int]:
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url,
+        "DJANGO_DEBUG": "false",  # DEBUG keeps every query in memory
+        "EPOCHAL_API_RATE": "1000000000/hour",
+        "LOG_LEVEL": "WARNING",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        "controlplane.wsgi:application",
+        f"--bind=127.0.0.1:{port}",
+        "--worker-class=gthread",
+        f"--workers={workers}",
+        f"--threads={threads}",
+        "--keep-alive=30",
+        "--backlog=2048",
+        "--log-level=warning",
+    ]
+    server = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                conn.request("GET", "/healthz")
+                if conn.getresponse().status == 200:
+                    break
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"gunicorn did not come up on port {port}")
+            time.sleep(0.2)
+        log(f"gunicorn pid {server.pid} on 127.0.0.1:{port}: {workers} workers x {threads} threads")
+        yield port
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+# -- the clients ----------------------------------------------------------------------------
+
+
+@dataclass
+class Samples:
+    latencies: dict[str, list[float]] = field(default_factory=lambda: {e: [] for e in ENDPOINTS})
+    errors: dict[str, int] = field(default_factory=lambda: {e: 0 for e in ENDPOINTS})
+    error_examples: list[str] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, endpoint: str, ms: float, ok: bool, what: str) -> None:
+        with self.lock:
+            self.latencies[endpoint].append(ms)
+            if not ok:
+                self.errors[endpoint] += 1
+                if len(self.error_examples) < 5:
+                    self.error_examples.append(what)
+
+
+def path_for(endpoint: str, facts: dict[str, Any], rng: random.Random) -> str:
+    app = facts["application"]
+    if endpoint == "job":
+        return f"/api/jobs/{JOB}/"
+    if endpoint == "snapshots":
+        branch = rng.choice(facts["branches"])
+        first_parent = "&first_parent=true" if rng.random() < 0.5 else ""
+        return f"/api/applications/{app}/snapshots/?rev=heads/{branch}&limit=50{first_parent}"
+    if endpoint == "lineage":
+        low, high = facts["pk_range"]
+        return f"/api/applications/{app}/lineage/?limit=100&cursor={rng.randint(low + 100, high)}"
+    return "/healthz"
+
+
+def client(
+    index: int,
+    port: int,
+    facts: dict[str, Any],
+    *,
+    window: dict[str, float],
+    interval: float,
+    samples: Samples | None,
+    start: threading.Barrier,
+) -> None:
+    rng = random.Random(index)
+    headers = {"Authorization": f"Token {facts['token']}", "Accept": "application/json"}
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    step = index % len(ENDPOINTS)
+    start.wait()
+    until = window["until"]
+    next_at = time.monotonic() + rng.random() * interval  # spread the first requests
+    while True:
+        now = time.monotonic()
+        if next_at > now:
+            time.sleep(next_at - now)
+        if time.monotonic() >= until:
+            break
+        endpoint = ENDPOINTS[step % len(ENDPOINTS)]
+        step += 1
+        path = path_for(endpoint, facts, rng)
+        started = time.perf_counter()
+        try:
+            conn.request("GET", path, headers=headers if endpoint != "healthz" else {})
+            response = conn.getresponse()
+            body = response.read()
+            ok = response.status == 200
+            what = f"{response.status} {path}: {body[:200]!r}"
+        except (OSError, http.client.HTTPException) as exc:
+            ok, what = False, f"{type(exc).__name__} {path}: {exc}"
+            conn.close()
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        ms = (time.perf_counter() - started) * 1000
+        if samples is not None:
+            samples.add(endpoint, ms, ok, what)
+        next_at += interval * rng.uniform(0.8, 1.2)
+    conn.close()
+
+
+def load(
+    port: int, facts: dict[str, Any], *, clients: int, seconds: float, rate: float, record: bool
+) -> Samples:
+    samples = Samples()
+    start = threading.Barrier(clients + 1)
+    window: dict[str, float] = {}
+    threads = [
+        threading.Thread(
+            target=client,
+            args=(i, port, facts),
+            kwargs={
+                "window": window,
+                "interval": 1.0 / rate,
+                "samples": samples if record else None,
+                "start": start,
+            },
+            daemon=True,
+        )
+        for i in range(clients)
+    ]
+    for thread in threads:
+        thread.start()
+    window["until"] = time.monotonic() + seconds  # before the barrier releases the clients
+    start.wait()
+    for thread in threads:
+        thread.join(timeout=seconds + 120)
+    return samples
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+
+def summarise(
+    samples: Samples, facts: dict[str, Any], args: argparse.Namespace, seconds: float
+) -> dict[str, Any]:
+    def ms(values: list[float], q: float) -> float:
+        return round(percentile(values, q), 2)
+
+    api = [v for e in API_ENDPOINTS for v in samples.latencies[e]]
+    base = samples.latencies["healthz"]
+    requests = sum(len(v) for v in samples.latencies.values())
+    result: dict[str, Any] = {
+        "clients": args.clients,
+        "snapshots": facts["snapshots"],
+        "branches": len(facts["branches"]),
+        "database": facts["database"],
+        "p50_ms": ms(api, 50),
+        "p99_ms": ms(api, 99),
+        "errors": sum(samples.errors.values()),
+        "requests": requests,
+        "seconds": args.seconds,
+        "offered_rps": round(args.clients * args.rate, 1),
+        "achieved_rps": round(requests / seconds, 1),
+    }
+    for endpoint in ENDPOINTS:
+        values = samples.latencies[endpoint]
+        prefix = "baseline_healthz" if endpoint == "healthz" else endpoint
+        result[f"{prefix}_p50_ms"] = ms(values, 50)
+        result[f"{prefix}_p99_ms"] = ms(values, 99)
+        result[f"{prefix}_requests"] = len(values)
+    if base:
+        result["p50_vs_baseline"] = round(result["p50_ms"] / max(ms(base, 50), 0.01), 2)
+        result["p99_vs_baseline"] = round(result["p99_ms"] / max(ms(base, 99), 0.01), 2)
+    result.update(
+        {
+            "gunicorn_workers": args.workers,
+            "gunicorn_threads": args.threads,
+            "build_seconds": round(facts["build_s"], 1),
+            "cpus": os.cpu_count(),
+        }
+    )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.api", description=__doc__)
+    parser.add_argument("--snapshots", type=int, default=100_000)
+    parser.add_argument("--branches", type=int, default=100)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--seconds", type=float, default=30.0)
+    parser.add_argument("--warmup-seconds", type=float, default=5.0)
+    parser.add_argument("--rate", type=float, default=2.0, help="requests/s per client")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+    parser.add_argument("--threads", type=int, default=8, help="threads per worker")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--keep", action="store_true", help="keep the scratch database")
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    os.environ["DJANGO_DEBUG"] = "false"
+    base_url = os.environ.get("DATABASE_URL", "")
+    if not base_url:
+        log("DATABASE_URL is not set: using a scratch SQLite file (PostgreSQL is the target)")
+    with scratch_database(base_url, args.keep) as url:
+        os.environ["DATABASE_URL"] = url
+        log(f"scratch database ready; building {args.snapshots:,} snapshots")
+        facts = prepare(snapshots=args.snapshots, branches=args.branches, seed=args.seed)
+        with gunicorn(url, workers=args.workers, threads=args.threads) as port:
+            if args.warmup_seconds > 0:
+                load(
+                    port,
+                    facts,
+                    clients=args.clients,
+                    seconds=args.warmup_seconds,
+                    rate=args.rate,
+                    record=False,
+                )
+            load_before = os.getloadavg()[0]
+            started = time.monotonic()
+            samples = load(
+                port, facts, clients=args.clients, seconds=args.seconds, rate=args.rate, record=True
+            )
+            elapsed = time.monotonic() - started
+            load_after = os.getloadavg()[0]
+    result = summarise(samples, facts, args, elapsed)
+    result["loadavg_1m_before"] = round(load_before, 2)
+    result["loadavg_1m_after"] = round(load_after, 2)
+    for example in samples.error_examples:
+        log(f"error: {example}")
+    log(
+        f"{result['requests']:,} requests in {elapsed:.0f}s: API p50 {result['p50_ms']} ms, "
+        f"p99 {result['p99_ms']} ms, errors {result['errors']}; healthz p99 "
+        f"{result['baseline_healthz_p99_ms']} ms"
+    )
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""`python -m bench.api` at tiny sizes runs end to end and prints its JSON (so it cannot rot).
+
+Uses PostgreSQL when DATABASE_URL names it (the bench creates and drops its own scratch
+database beside it), a scratch SQLite file otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+REQUIRED = {"clients", "snapshots", "p50_ms", "p99_ms", "errors"}
+
+
+def test_bench_api_quick_run_reports_latencies_and_no_errors(tmp_path: Path) -> None:
+    env = {**os.environ, "EPOCHAL_VAR_DIR": str(tmp_path / "var")}
+    if not env.get("DATABASE_URL", "").startswith("postgres"):
+        env.pop("DATABASE_URL", None)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.api",
+            "--snapshots=300",
+            "--branches=5",
+            "--clients=4",
+            "--rate=5",
+            "--seconds=3",
+            "--warmup-seconds=1",
+            "--workers=1",
+            "--threads=4",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(result) >= REQUIRED
+    assert result["snapshots"] == 300 and result["clients"] == 4
+    assert result["errors"] == 0, done.stderr[-3000:]
+    for endpoint in ("job", "snapshots", "lineage", "baseline_healthz"):
+        assert result[f"{endpoint}_requests"] > 0
+        assert 0 < result[f"{endpoint}_p50_ms"] <= result[f"{endpoint}_p99_ms"]
