@@ -140,6 +140,18 @@ def check_swappable(old: SwapSide, new: SwapSide) -> None:
             f"branch {new.branch!r} does not share history with {old.branch!r}: fork the new "
             "version from the old job's branch"
         )
+    shared = repo.ancestors(f"heads/{old.branch}")
+    for sid, manifest in repo.log(f"heads/{new.branch}", first_parent=True):
+        if sid in shared:
+            break
+        record = manifest.extra.get(SWAP)
+        voided = isinstance(record, dict) and bool(record.get("voided"))
+        if manifest.outputs and not voided:
+            raise SwapError(
+                f"branch {new.branch!r} emitted output in its epoch {manifest.epoch} after the "
+                "fork: the swap could not deliver each epoch from one job only; fork again "
+                "and start the new job after the swap is prepared"
+            )
 
 
 def _write(side: SwapSide, doc: Mapping[str, Any] | None) -> None:

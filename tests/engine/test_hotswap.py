@@ -16,6 +16,7 @@ import pytest
 
 from runners.engine import EpochRunner
 from runners.engine.hotswap import (
+    SwapError,
     SwapSide,
     acknowledged,
     check_swappable,
@@ -104,6 +105,15 @@ def test_the_new_job_waits_for_the_old_job_to_complete_s(
         while runner.run_epoch() is not None:
             pass
     _check(old, new, epochs_dir)
+
+
+def test_a_new_job_that_emitted_after_the_fork_is_refused(
+    spark: Any, tmp_path: Path, epochs_dir: str
+) -> None:
+    repo, old, new = _setup(spark, tmp_path, epochs_dir)
+    assert _runner(spark, repo, "v2", epochs_dir).run_epoch() is not None  # emits epoch 3
+    with pytest.raises(SwapError, match="emitted output in its epoch 3"):
+        check_swappable(old, new)
 
 
 def _job_process(
