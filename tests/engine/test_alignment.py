@@ -83,3 +83,30 @@ def test_aligned_reads_one_upstream_epoch_per_epoch_and_abort_keeps_the_records(
     assert [r.epoch for r in downstream.run()] == [4]  # unaligned: the rest in one epoch
     assert epoch_mapping(down, "main")[-1].upstream_epochs == (4, 5)
     assert _rows(read_output(down, "main")) == _rows(read_output(up, "main"))
+
+
+def test_two_aligned_jobs_record_identical_mappings_and_rescaling_keeps_the_inputs(
+    spark: Any, tmp_path: Path, epochs_dir: str
+) -> None:
+    """§4.6: two jobs aligned to one upstream record the same upstream epoch (and snapshot)
+    for corresponding epochs; §4.20: rescaling a consumer changes no per-epoch input set."""
+    url = f"file://{tmp_path}/store"
+    up = Repository.open(url, "up")
+    EpochRunner(spark, aggregate_job(epochs_dir), repo=up, parallelism=2).run(max_epochs=4)
+    align = {"alignment": {"command": "align", "from_epoch": 1}}
+    repos = [Repository.open(url, name) for name in ("a", "b")]
+    for repo in repos:
+        repo.write_control("main", align, None)
+    source = BranchOutputSource(url, "up", "main")
+    a = EpochRunner(spark, downstream_job(source), repo=repos[0], parallelism=2)
+    assert len(a.run()) == 4
+    b = EpochRunner(spark, downstream_job(source), repo=repos[1], parallelism=1)
+    b.run(max_epochs=2)
+    b = EpochRunner(spark, downstream_job(source), repo=repos[1], parallelism=3)  # rescaled
+    b.run()
+    ma, mb = epoch_mapping(repos[0], "main"), epoch_mapping(repos[1], "main")
+    assert [(m.epoch, m.upstream_snapshots) for m in ma] == [
+        (m.epoch, m.upstream_snapshots) for m in mb
+    ]
+    assert {repos[1].read_manifest(s).parallelism for s in repos[1].ancestors("main")} == {1, 3}
+    assert _by_epoch(read_output(repos[0], "main")) == _by_epoch(read_output(repos[1], "main"))
