@@ -87,6 +87,7 @@ def upstream_epochs(repo: Repository, branch: str) -> list[UpstreamEpoch]:
 
 
 _repos: dict[tuple[str, str], Repository] = {}
+_TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
 
 
 def _open(url: str, namespace: str) -> Repository:
@@ -101,9 +102,11 @@ class BranchOutputSource:
     """The committed output of `branch` in the store at `store_url` / `namespace`.
 
     `max_epochs_per_epoch` caps how many upstream epochs one downstream epoch reads (None:
-    every committed one not read yet). In aligned mode (the control document's
-    ``alignment``, applied by the runner through `prepare_epoch`) a downstream epoch reads
-    exactly one upstream epoch. `epoch_column` adds the upstream epoch number as a column.
+    every committed one not read yet). An upstream epoch without records is read as an
+    empty table with the columns of other records of the branch (or of `schema`). In aligned
+    mode (the control document's ``alignment``, applied by the runner through
+    `prepare_epoch`) a downstream epoch reads exactly one upstream epoch. `epoch_column`
+    adds the upstream epoch number as a column.
     """
 
     store_url: str
@@ -112,6 +115,8 @@ class BranchOutputSource:
     name: str = "upstream"
     max_epochs_per_epoch: int | None = None
     epoch_column: str | None = None
+    #: column -> type (string, int64, float64, bool) of an upstream that has no records yet
+    schema: Mapping[str, str] | None = None
     #: set on the driver for the epoch being planned (see `prepare_epoch`)
     aligned: bool = field(default=False, compare=False)
 
@@ -175,10 +180,18 @@ class BranchOutputSource:
         return SplitData(table)
 
     def _empty(self, repo: Repository, snapshot_id: str) -> pa.Table:
-        """No records: an empty table with the columns of the nearest earlier records."""
-        for _, manifest in repo.log(snapshot_id, first_parent=True):
-            for table in _manifest_tables(repo, manifest.outputs, manifest.epoch, "records"):
-                return table.drop_columns([EPOCH]).slice(0, 0)
+        """No records: an empty table with the columns of the nearest earlier records, else
+        of any records on the branch, else of the declared `schema` (else no columns)."""
+        starts = [snapshot_id]
+        head = repo.read_ref(f"heads/{self.branch}")
+        if head is not None:
+            starts.append(head.target)
+        for start in starts:
+            for _, manifest in repo.log(start, first_parent=True):
+                for table in _manifest_tables(repo, manifest.outputs, manifest.epoch, "records"):
+                    return table.drop_columns([EPOCH]).slice(0, 0)
+        if self.schema:
+            return pa.schema([(k, _TYPES[v]) for k, v in self.schema.items()]).empty_table()
         return pa.table({})
 
     def retained(self, offsets: Mapping[str, int]) -> str | None:

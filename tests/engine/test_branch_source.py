@@ -206,3 +206,30 @@ def test_aggregating_downstream_equals_a_same_process_computation(
     pd.testing.assert_frame_equal(
         got[["count", "sum_count"]], ref.sort_index(), check_dtype=False, check_names=False
     )
+
+
+def test_upstream_epochs_without_records_are_read_as_empty_tables(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The clickstream example closes no session in its first epoch: the downstream reads it
+    as an empty table with the declared columns (no dead letters), then the rest."""
+    from runners.engine import read_dead_letters
+    from runners.jobs import clickstream, web_totals
+
+    data = str(tmp_path / "clicks")
+    clickstream.generate(data, files=6, clicks=120, users=12)
+    url = f"file://{tmp_path}/store"
+    up, down = Repository.open(url, "clicks"), Repository.open(url, "totals")
+    EpochRunner(spark, clickstream.job(data), repo=up, parallelism=2).run()
+    assert read_output(up, "main").to_pandas()["_epoch"].min() > 1  # epoch 1: no records
+    job = web_totals.job(url, "clicks")
+    job.source.max_epochs_per_epoch = 1  # type: ignore[attr-defined]
+    assert [r.epoch for r in EpochRunner(spark, job, repo=down, parallelism=2).run()] == [
+        *range(1, 7)
+    ]
+    assert read_dead_letters(down, "main").num_rows == 0
+    sessions = read_output(up, "main").to_pandas()
+    totals = read_output(down, "main").to_pandas().groupby("user").last()
+    expected = sessions.groupby("user")["clicks"].agg(["size", "sum"])
+    assert totals["count"].to_dict() == expected["size"].to_dict()
+    assert totals["sum_clicks"].to_dict() == expected["sum"].to_dict()
