@@ -110,8 +110,20 @@ def test_hotswap_requests_are_validated_and_the_cli_records_one(pair: dict[str, 
             dispatch=False,
         )
     Job.objects.filter(pk=pair["new"].pk).update(branch="v2")
+    # no job acknowledges the prepare in time: the swap is aborted, the old job emits again
+    requested = operation_request(
+        kind="hotswap",
+        application=pair["old"].application,
+        job=pair["old"],
+        params={"new_job": "app-v2", "timeout_s": 1},
+        dispatch=False,
+    )
+    assert execute(requested.operation.pk) == "failed"
+    for branch, role in (("main", "old"), ("v2", "new")):
+        swap = pair["repo"].read_control(branch)[0]["swap"]
+        assert (swap["phase"], swap["role"]) == ("aborted", role)
     call_command("hotswap", "app-main", "--new-job", "app-v2", "--swap-epoch", "9", "--no-wait")
-    op = Operation.objects.get(kind="hotswap")
+    op = Operation.objects.get(kind="hotswap", params__swap_epoch=9)
     assert op.params["swap_epoch"] == 9 and op.params["new_job"] == "app-v2"
     op.state = "cancelled"
     op.save()

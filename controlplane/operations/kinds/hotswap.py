@@ -15,10 +15,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controlplane.errors import InvalidRequest
+from controlplane.errors import InvalidRequest, OperationFailed
 from controlplane.jobs.models import Job
 from controlplane.jobs.selectors import job_get
-from controlplane.operations.framework import OperationSpec, Phase, PhaseContext, Target
+from controlplane.operations.framework import (
+    CancelledError,
+    OperationSpec,
+    Phase,
+    PhaseContext,
+    Target,
+)
 from controlplane.operations.kinds.common import float_param, int_param, reject_unknown, str_param
 from runners.engine.hotswap import (
     SwapError,
@@ -85,7 +91,7 @@ class HotswapSpec(OperationSpec):
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:
         return [
             Phase("prepare", _prepare, cancellable=True),
-            Phase("await_prepared", _await_prepared),
+            Phase("await_prepared", _await_prepared, cancellable=True),
             Phase("commit", _commit),
             Phase("await_swapped", _await_swapped),
         ]
@@ -120,11 +126,17 @@ def _await_prepared(ctx: PhaseContext) -> None:
         a, b = acknowledged(old, swap_id, "prepared"), acknowledged(new, swap_id, "prepared")
         return None if a is None or b is None else (a, b)
 
-    a, b = ctx.wait_until(
-        both,
-        timeout_s=float(ctx.params["timeout_s"]),
-        what="both jobs to acknowledge the swap in a committed epoch",
-    )
+    try:
+        a, b = ctx.wait_until(
+            both,
+            timeout_s=float(ctx.params["timeout_s"]),
+            what="both jobs to acknowledge the swap in a committed epoch",
+            cancellable=True,
+        )
+    except (CancelledError, OperationFailed):
+        # before the commit the swap can still be called off: the old job emits again
+        send_phase(swap_id, old, new, _swap_epoch(ctx), "aborted")
+        raise
     ctx.progress(1.0, f"acknowledged in epoch {a} (old) and {b} (new)")
 
 
