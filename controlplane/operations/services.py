@@ -43,6 +43,13 @@ def _user(user: AbstractBaseUser | AnonymousUser | None) -> AbstractBaseUser | N
     return user  # type: ignore[return-value]
 
 
+def _keyed(requester: AbstractBaseUser | None, key: str) -> Operation | None:
+    """The operation an earlier request of `requester` with idempotency key `key` created."""
+    if not key:
+        return None
+    return Operation.objects.filter(requested_by=requester, idempotency_key=key).first()
+
+
 def _running_conflict(job: Job) -> Conflict:
     active = Operation.objects.filter(job=job, state__in=ACTIVE_STATES).first()
     if active is None:
@@ -75,12 +82,9 @@ def operation_request(
             "the idempotency key is longer than 200 characters",
             fields={"idempotency_key": ["at most 200 characters"]},
         )
-    if idempotency_key:
-        earlier = Operation.objects.filter(
-            requested_by=requester, idempotency_key=idempotency_key
-        ).first()
-        if earlier is not None:
-            return Requested(earlier, created=False)
+    earlier = _keyed(requester, idempotency_key)
+    if earlier is not None:
+        return Requested(earlier, created=False)
     spec = operation_spec(kind)
     if spec.needs_job and job is None:
         raise InvalidRequest(
@@ -90,6 +94,11 @@ def operation_request(
         raise InvalidRequest(f"job {job.name} belongs to another application")
     active = Operation.objects.filter(job=job, state__in=ACTIVE_STATES)
     if job is not None and spec.needs_job and active.exists():
+        # A concurrent request with the same key may have committed since the first look:
+        # that is a replay, not a conflict.
+        replay = _keyed(requester, idempotency_key)
+        if replay is not None:
+            return Requested(replay, created=False)
         raise _running_conflict(job)
     cleaned = spec.clean(params, Target(application=application, job=job))
     operation = Operation(
@@ -111,12 +120,9 @@ def operation_request(
             if dispatch:
                 transaction.on_commit(lambda: operation_dispatch(operation))
     except IntegrityError:
-        if idempotency_key:
-            earlier = Operation.objects.filter(
-                requested_by=requester, idempotency_key=idempotency_key
-            ).first()
-            if earlier is not None:
-                return Requested(earlier, created=False)
+        earlier = _keyed(requester, idempotency_key)
+        if earlier is not None:
+            return Requested(earlier, created=False)
         if job is not None:
             raise _running_conflict(job) from None
         raise
