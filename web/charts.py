@@ -26,6 +26,7 @@ KIND_COLORS = {
     "stop": "#475569",
     "migrate": "#0891b2",
 }
+HEAT = [[0.0, "#f1f5f9"], [0.25, "#fde68a"], [0.6, "#f97316"], [1.0, "#991b1b"]]
 CONFIG = {"displaylogo": False, "responsive": True, "modeBarButtonsToRemove": ["lasso2d"]}
 
 
@@ -36,18 +37,49 @@ def _t(moment: datetime) -> str:
 
 def _layout(title: str, **more: Any) -> dict[str, Any]:
     layout: dict[str, Any] = {
-        "title": {"text": title, "font": {"size": 13}, "x": 0.01, "xanchor": "left"},
-        "margin": {"l": 48, "r": 16, "t": 30, "b": 32},
-        "height": 230,
+        "title": {
+            "text": title,
+            "font": {"size": 13},
+            "x": 0.01,
+            "xanchor": "left",
+            "y": 0.98,
+            "yanchor": "top",
+        },
+        "margin": {"l": 48, "r": 16, "t": 52, "b": 32},
+        "height": 250,
         "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)",
         "font": {"family": "system-ui, sans-serif", "size": 11, "color": "#334155"},
-        "legend": {"orientation": "h", "y": -0.25, "x": 0},
+        "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
         "hovermode": "x unified",
         "xaxis": {"gridcolor": "#e2e8f0", "zeroline": False},
         "yaxis": {"gridcolor": "#e2e8f0", "zeroline": False, "rangemode": "tozero"},
     }
     layout.update(more)
+    return layout
+
+
+def _dates(layout: dict[str, Any]) -> dict[str, Any]:
+    """A time x axis even before any point exists (markers alone cannot set its type)."""
+    layout["xaxis"] = {
+        **layout.get("xaxis", {}),
+        "type": "date",
+        "nticks": 8,
+        "title": {"text": "commit time (UTC)"},
+    }
+    layout["margin"]["b"] = 44
+    return layout
+
+
+def _epochs(layout: dict[str, Any]) -> dict[str, Any]:
+    layout["xaxis"] = {
+        **layout.get("xaxis", {}),
+        "type": "category",
+        "nticks": 12,
+        "title": {"text": "epoch"},
+    }
+    layout["hovermode"] = "closest"
+    layout["margin"]["b"] = 44
     return layout
 
 
@@ -62,6 +94,11 @@ def _figure(data: list[dict[str, Any]], layout: dict[str, Any]) -> dict[str, Any
 
 def _time_axis(points: Sequence[EpochPoint]) -> list[str]:
     return [_t(p.committed_at or p.created_at) for p in points]
+
+
+def _epoch_axis(points: Sequence[EpochPoint]) -> list[str]:
+    """One category per commit: its epoch, and its kind when an operation made it."""
+    return [f"e{p.epoch}" if p.kind == "epoch" else f"e{p.epoch} {p.kind}" for p in points]
 
 
 def _epoch_text(points: Sequence[EpochPoint]) -> list[str]:
@@ -104,7 +141,7 @@ def timing(points: Sequence[EpochPoint]) -> dict[str, Any]:
         },
     )
     layout["margin"]["r"] = 48
-    return _figure(data, layout)
+    return _figure(data, _dates(layout))
 
 
 def throughput(points: Sequence[EpochPoint]) -> dict[str, Any]:
@@ -130,18 +167,18 @@ def throughput(points: Sequence[EpochPoint]) -> dict[str, Any]:
             "marker": {"size": 4},
         },
     ]
-    return _figure(data, _layout("Records per second of epoch processing"))
+    return _figure(data, _dates(_layout("Records per second of epoch processing")))
 
 
 def bytes_written(points: Sequence[EpochPoint]) -> dict[str, Any]:
-    x = _time_axis(points)
+    x = _epoch_axis(points)
     data = [
         {
             "type": "bar",
             "name": "bytes written",
             "x": x,
             "y": [p.bytes_written for p in points],
-            "text": _epoch_text(points),
+            "hovertext": _epoch_text(points),
             "marker": {"color": PALETTE[0]},
         },
         {
@@ -152,7 +189,7 @@ def bytes_written(points: Sequence[EpochPoint]) -> dict[str, Any]:
             "marker": {"color": PALETTE[4]},
         },
     ]
-    return _figure(data, _layout("Bytes per epoch", barmode="group"))
+    return _figure(data, _epochs(_layout("Bytes per epoch", barmode="group")))
 
 
 def dead_letters(points: Sequence[EpochPoint]) -> dict[str, Any]:
@@ -160,13 +197,13 @@ def dead_letters(points: Sequence[EpochPoint]) -> dict[str, Any]:
         {
             "type": "bar",
             "name": "dead letters",
-            "x": _time_axis(points),
+            "x": _epoch_axis(points),
             "y": [p.dead_letters for p in points],
-            "text": _epoch_text(points),
+            "hovertext": _epoch_text(points),
             "marker": {"color": "#dc2626"},
         }
     ]
-    return _figure(data, _layout("Dead letters per epoch", showlegend=False))
+    return _figure(data, _epochs(_layout("Dead letters per epoch", showlegend=False)))
 
 
 def parallelism_over_time(
@@ -206,7 +243,7 @@ def parallelism_over_time(
     start = points[0].created_at if points else None
     for op in operations:
         moment = op.finished_at or op.started_at or op.created_at
-        if start is not None and moment < start:
+        if start is None or moment < start:
             continue
         color = KIND_COLORS.get(op.kind, PALETTE[7])
         shapes.append(
@@ -248,7 +285,7 @@ def parallelism_over_time(
         showlegend=False,
         yaxis={"gridcolor": "#e2e8f0", "range": [0, top + 1], "dtick": 1},
     )
-    return _figure(data, layout)
+    return _figure(data, _dates(layout))
 
 
 def heatmap(sizes: KeyGroupSizes | None) -> dict[str, Any]:
@@ -290,7 +327,8 @@ def heatmap(sizes: KeyGroupSizes | None) -> dict[str, Any]:
             "hoverinfo": "text",
             "x": list(range(width)),
             "y": [r * width for r in range(rows)],
-            "colorscale": "YlOrRd",
+            "colorscale": HEAT,
+            "zmin": 0,
             "colorbar": {"title": {"text": "bytes"}, "thickness": 10},
             "xgap": 1,
             "ygap": 1,
@@ -341,10 +379,10 @@ def allocation(
         hovermode="closest",
         height=170,
         showlegend=parallelism <= 12,
-        xaxis={"range": [0, max_parallelism], "title": {"text": "key group"}},
+        xaxis={"range": [0, max_parallelism]},
         yaxis={"visible": False},
     )
-    layout["legend"] = {"orientation": "h", "y": -0.9, "x": 0}
+    layout["legend"] = {"orientation": "h", "y": -0.45, "yanchor": "top", "x": 0}
     return _figure(data, layout)
 
 

@@ -28,6 +28,7 @@ class ActionForm(forms.Form):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.order_fields([name for name in self.fields if name != "reason"] + ["reason"])
         if not self.is_bound:
             # a repeated submission of the same rendered form asks for the same operation
             self.initial.setdefault("idempotency_key", f"web-{uuid.uuid4()}")
