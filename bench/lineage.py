@@ -134,8 +134,10 @@ def synthetic_id(index: int, salt: str) -> str:
 # -- bulk load into the index ---------------------------------------------------------------
 
 
-def build_index(*, snapshots: int, branches: int, seed: int) -> dict[str, Any]:
-    """Replace the bench application's index with a synthetic lineage; returns facts.
+def build_index(
+    *, snapshots: int, branches: int, seed: int, name: str = BENCH_APPLICATION
+) -> dict[str, Any]:
+    """Replace application `name`'s index with a synthetic lineage; returns facts.
 
     Placement uses the services' `ChainPlanner`; rows go in through the services' bulk
     writer (COPY on PostgreSQL) with reserved keys, in the services' column order.
@@ -155,10 +157,8 @@ def build_index(*, snapshots: int, branches: int, seed: int) -> dict[str, Any]:
     )
 
     started = time.monotonic()
-    _drop_application(BENCH_APPLICATION)
-    application = Application.objects.create(
-        name=BENCH_APPLICATION, store_namespace=BENCH_APPLICATION, max_parallelism=128
-    )
+    _drop_application(name)
+    application = Application.objects.create(name=name, store_namespace=name, max_parallelism=128)
     commits: list[Commit] = []
     state: SyntheticLineage | None = None
     for current, event in synthesize(snapshots=snapshots, branches=branches, seed=seed):
@@ -166,7 +166,7 @@ def build_index(*, snapshots: int, branches: int, seed: int) -> dict[str, Any]:
         if isinstance(event, Commit):
             commits.append(event)
     assert state is not None
-    ids = [synthetic_id(i, BENCH_APPLICATION) for i in range(len(commits))]
+    ids = [synthetic_id(i, name) for i in range(len(commits))]
     provisional = iter(range(1, len(commits) + 1))
     planner = ChainPlanner(new_chain=lambda: next(provisional))
     placements = [planner.place(i, c.parents) for i, c in enumerate(commits)]

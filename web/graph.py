@@ -13,6 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from html import escape
+
+from django.utils import timezone
+from django.utils.safestring import SafeString, mark_safe
 
 from controlplane.lineage.selectors import SnapshotSummary
 
@@ -266,3 +271,95 @@ def layout(
                     GraphLine(_line(_x(lane), bottom, _x(lane), bottom + ROW_H // 2), lane, True)
                 )
     return GraphLayout(rows, lines, nodes, min(lanes_used, MAX_LANES + 1))
+
+
+MARKS = mark_safe("""<svg class="marks" width="0" height="0" aria-hidden="true"><defs>
+<g id="m-epoch"><circle r="4"/></g>
+<g id="m-initial"><circle r="5" class="hollow"/></g>
+<g id="m-rescale"><path d="M0,-7L7,0L0,7L-7,0Z"/></g>
+<g id="m-rollback"><path d="M-6,5L0,-7L6,5Z"/></g>
+<g id="m-fork"><circle r="6"/><circle r="2.5" class="inner"/></g>
+<g id="m-migration"><rect x="-5" y="-5" width="10" height="10"/></g>
+<g id="m-savepoint"><path d="M0,-7L2,-2L7,-2L3,1L5,7L0,3L-5,7L-3,1L-7,-2L-2,-2Z"/></g>
+</defs></svg>""")
+"""The node shapes, drawn once per page and used by the graph and its legend."""
+
+
+def svg(drawing: GraphLayout) -> SafeString:
+    """The drawing as one SVG element (built here: thousands of template nodes cost more than
+    the queries behind the page). Node titles carry the provenance shown on hover."""
+    parts = [
+        f'<svg class="graph-svg" width="{drawing.width}" height="{drawing.height}" role="img" '
+        f'aria-label="commit graph">',
+    ]
+    for line in drawing.lines:
+        dashed = " dashed" if line.dashed else ""
+        parts.append(f'<path d="{line.d}" class="lane lane-{line.color}{dashed}"/>')
+    for node in drawing.nodes:
+        mark = f"kind-{node.kind}" if node.marked else f"lane-{node.color}"
+        ring = (
+            f'<circle cx="{node.x}" cy="{node.y}" r="9" class="tag-ring"/>' if node.tagged else ""
+        )
+        parts.append(
+            f'<g class="node" data-kind="{escape(node.kind)}" data-snapshot="{node.snapshot_id}">'
+            f"<title>{escape(node.title)}</title>{ring}"
+            f'<use href="#m-{escape(node.kind)}" x="{node.x}" y="{node.y}" '
+            f'class="node-mark {mark}"/></g>'
+        )
+    parts.append("</svg>")
+    return mark_safe("".join(parts))  # every value above is escaped or a number
+
+
+def _ago(moment: datetime, now: datetime) -> str:
+    from web.templatetags.epochal import seconds_words
+
+    words = seconds_words((now - moment).total_seconds())
+    return "just now" if words == "now" else f"{words} ago"
+
+
+def rows_html(
+    drawing: GraphLayout, *, snapshot_url: str, query: str, unfold: str, selected: str = ""
+) -> SafeString:
+    """The list beside the drawing: one row per snapshot (a link that opens it in the side
+    panel, its provenance as a tooltip) or per fold. `query` is kept by the rows' plain links;
+    `unfold` is the query string of this window without folding."""
+    now = timezone.now()
+    keep = f"&amp;{escape(query)}" if query else ""
+    out = ['<ol class="graph-rows">']
+    for row in drawing.rows:
+        if row.snapshot is None:
+            out.append(
+                f'<li class="graph-row fold"><a href="?{escape(unfold)}">⋯ {len(row.folded)} '
+                f"plain epochs (epochs {row.oldest_epoch} to {row.newest_epoch}) — unfold</a></li>"
+            )
+            continue
+        s = row.snapshot
+        sid = s.snapshot_id
+        provenance = s.provenance
+        tip = "&#10;".join(
+            escape(line)
+            for line in [f"{s.kind} · epoch {s.epoch} · {s.branch}"]
+            + [f"{k}: {v}" for k, v in provenance.items()]
+        )
+        kind = f'<span class="kind kind-{escape(s.kind)}">{escape(s.kind)}</span>'
+        refs = "".join(
+            f'<span class="ref {"ref-head" if ref.startswith("heads/") else "ref-tag"}">'
+            f"{escape(ref)}</span>"
+            for ref in row.refs
+        )
+        reason = provenance.get("reason")
+        why = f'<span class="small prov">“{escape(str(reason)[:60])}”</span>' if reason else ""
+        out.append(
+            f'<li class="graph-row{" selected" if sid == selected else ""}" '
+            f'data-snapshot="{sid}" data-kind="{escape(s.kind)}">'
+            f'<a class="snap" href="?at={sid}{keep}" hx-get="{snapshot_url}{sid}/" '
+            f'hx-target="#snapshot-panel" hx-swap="innerHTML" title="{tip}">'
+            f'<span class="kcell">{kind if s.kind != "epoch" else ""}</span>'
+            f'<span class="epoch">e{s.epoch}</span>'
+            f'<span class="branch-name">{escape(s.branch)}</span>'
+            f'<span class="mono muted">{sid[:10]}</span>{refs}'
+            f'<span class="muted small">p={s.parallelism}</span>{why}'
+            f'<span class="muted small when">{_ago(s.created_at, now)}</span></a></li>'
+        )
+    out.append("</ol>")
+    return mark_safe("".join(out))  # every value above is escaped, an id or a number

@@ -218,8 +218,13 @@ def test_dashboard_drives_a_running_job(
         assert viewer.page.locator("[data-testid=role]").text_content() == "viewer"
         viewer.screenshot("viewer-lineage")
 
-        # stop from the UI; the overview shows both jobs
+        # the job page after it all: parallelism steps and operation markers
         admin.go("/jobs/clicks-main/")
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length === 7")
+        epoch_above(admin, -1)
+        admin.screenshot("job-history")
+
+        # stop from the UI; the overview shows both jobs
         page.click("[data-testid=actions] >> text=Stop")
         page.click("[data-testid=confirm]")
         last_operation(admin, "stop")

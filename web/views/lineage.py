@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
@@ -139,6 +140,17 @@ def lineage(request: HttpRequest, app: str) -> HttpResponse:
     context: dict[str, Any] = {
         "application": application,
         "layout": drawing,
+        "svg": graph.svg(drawing),
+        "rows": graph.rows_html(
+            drawing,
+            snapshot_url=reverse("web:snapshot", args=[application.name, "-"])[:-2],
+            query=urlencode({k: v for k, v in (("branch", branch), ("size", limit)) if v}),
+            unfold=urlencode(
+                {k: v for k, v in (("branch", branch), ("size", limit), ("cursor", cursor)) if v}
+            ),
+            selected=selected.snapshot_id if selected else "",
+        ),
+        "marks": graph.MARKS,
         "branch": branch,
         "branches": branches,
         "tags_count": Tag.objects.filter(application=application, target__isnull=False).count(),
