@@ -111,6 +111,7 @@ def timing(points: Sequence[EpochPoint]) -> dict[str, Any]:
         {
             "type": "scatter",
             "mode": "lines+markers",
+            "connectgaps": True,
             "name": "epoch duration (s)",
             "x": x,
             "y": [p.process_s for p in points],
@@ -121,6 +122,7 @@ def timing(points: Sequence[EpochPoint]) -> dict[str, Any]:
         {
             "type": "scatter",
             "mode": "lines+markers",
+            "connectgaps": True,
             "name": "commit latency (ms)",
             "x": x,
             "y": [p.commit_latency_ms for p in points],
@@ -150,6 +152,7 @@ def throughput(points: Sequence[EpochPoint]) -> dict[str, Any]:
         {
             "type": "scatter",
             "mode": "lines+markers",
+            "connectgaps": True,
             "name": "records in /s",
             "x": x,
             "y": [p.records_in_per_s for p in points],
@@ -160,6 +163,7 @@ def throughput(points: Sequence[EpochPoint]) -> dict[str, Any]:
         {
             "type": "scatter",
             "mode": "lines+markers",
+            "connectgaps": True,
             "name": "rows out /s",
             "x": x,
             "y": [p.output_rows_per_s for p in points],
