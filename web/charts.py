@@ -105,31 +105,35 @@ def _epoch_text(points: Sequence[EpochPoint]) -> list[str]:
     return [f"epoch {p.epoch} · {p.snapshot_id[:12]} · {p.kind}" for p in points]
 
 
+def _series(
+    points: Sequence[EpochPoint], name: str, y: list[Any], color: str, **more: Any
+) -> dict[str, Any]:
+    """A line over commit time, hovering each commit's epoch, id and kind."""
+    return {
+        "type": "scatter",
+        "mode": "lines+markers",
+        "connectgaps": True,
+        "name": name,
+        "x": _time_axis(points),
+        "y": y,
+        "text": _epoch_text(points),
+        "line": {"color": color, "width": 2},
+        "marker": {"size": 4},
+        **more,
+    }
+
+
 def timing(points: Sequence[EpochPoint]) -> dict[str, Any]:
-    x = _time_axis(points)
     data = [
-        {
-            "type": "scatter",
-            "mode": "lines+markers",
-            "connectgaps": True,
-            "name": "epoch duration (s)",
-            "x": x,
-            "y": [p.process_s for p in points],
-            "text": _epoch_text(points),
-            "line": {"color": PALETTE[0], "width": 2},
-            "marker": {"size": 4},
-        },
-        {
-            "type": "scatter",
-            "mode": "lines+markers",
-            "connectgaps": True,
-            "name": "commit latency (ms)",
-            "x": x,
-            "y": [p.commit_latency_ms for p in points],
-            "yaxis": "y2",
-            "line": {"color": PALETTE[1], "width": 1.5, "dash": "dot"},
-            "marker": {"size": 4},
-        },
+        _series(points, "epoch duration (s)", [p.process_s for p in points], PALETTE[0]),
+        _series(
+            points,
+            "commit latency (ms)",
+            [p.commit_latency_ms for p in points],
+            PALETTE[1],
+            yaxis="y2",
+            line={"color": PALETTE[1], "width": 1.5, "dash": "dot"},
+        ),
     ]
     layout = _layout(
         "Epoch duration and commit latency",
@@ -147,29 +151,9 @@ def timing(points: Sequence[EpochPoint]) -> dict[str, Any]:
 
 
 def throughput(points: Sequence[EpochPoint]) -> dict[str, Any]:
-    x = _time_axis(points)
     data = [
-        {
-            "type": "scatter",
-            "mode": "lines+markers",
-            "connectgaps": True,
-            "name": "records in /s",
-            "x": x,
-            "y": [p.records_in_per_s for p in points],
-            "text": _epoch_text(points),
-            "line": {"color": PALETTE[2], "width": 2},
-            "marker": {"size": 4},
-        },
-        {
-            "type": "scatter",
-            "mode": "lines+markers",
-            "connectgaps": True,
-            "name": "rows out /s",
-            "x": x,
-            "y": [p.output_rows_per_s for p in points],
-            "line": {"color": PALETTE[3], "width": 2},
-            "marker": {"size": 4},
-        },
+        _series(points, "records in /s", [p.records_in_per_s for p in points], PALETTE[2]),
+        _series(points, "rows out /s", [p.output_rows_per_s for p in points], PALETTE[3]),
     ]
     return _figure(data, _dates(_layout("Records per second of epoch processing")))
 
@@ -297,7 +281,7 @@ def heatmap(sizes: KeyGroupSizes | None) -> dict[str, Any]:
     if sizes is None:
         return _figure([], _layout("State size per key group (no snapshot yet)"))
     m = sizes.max_parallelism
-    width = 16 if m >= 64 else max(1, m)
+    width = max(1, min(m, 16)) if m <= 512 else math.ceil(math.sqrt(m))
     rows = math.ceil(m / width)
     z: list[list[int | None]] = []
     text: list[list[str]] = []

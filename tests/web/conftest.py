@@ -23,6 +23,7 @@ from controlplane.lineage.services import reindex_application
 from runners.engine import chunks
 from runners.engine.keygroups import key_group_of
 from snapshots_store import Manifest, Repository
+from tests.api.conftest import fast_password_hashing, store_url  # noqa: F401  (fixtures)
 
 M = 8
 USERS = [f"user-{i}" for i in range(12)]
@@ -38,18 +39,6 @@ class Lineage:
     input_dir: Path
     main: list[str] = field(default_factory=list)  # snapshot ids on main, oldest first
     fork: list[str] = field(default_factory=list)
-
-
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings: Any) -> None:
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
-@pytest.fixture
-def store_url(tmp_path: Path, settings: Any) -> str:
-    url = f"file://{tmp_path / 'store'}"
-    settings.EPOCHAL_STORE_URL = url
-    return url
 
 
 @pytest.fixture
@@ -176,5 +165,5 @@ def build_lineage(tmp_path: Path, name: str = "clicks") -> Lineage:
 
 
 @pytest.fixture
-def lineage(store_url: str, users: dict[str, Any], tmp_path: Path) -> Lineage:
+def lineage(store_url: str, users: dict[str, Any], tmp_path: Path) -> Lineage:  # noqa: F811
     return build_lineage(tmp_path)

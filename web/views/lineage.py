@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 from urllib.parse import urlencode
 
+from django.core.cache import cache
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
@@ -38,6 +39,7 @@ PAGE_SIZES = (50, 100, 200, 500)
 DEFAULT_PAGE = 100
 EVENTS = 15
 DIFF_ROWS = 40
+KIND_COUNTS_TTL_S = 10  # counting a large lineage's commits by kind is the page's dearest query
 
 
 def _refs_for(application: Application, ids: list[str]) -> dict[str, list[str]]:
@@ -125,11 +127,15 @@ def lineage(request: HttpRequest, app: str) -> HttpResponse:
         cursor = None
         snapshots, refs, next_cursor = _window(application, branch=branch, cursor=None, limit=limit)
     drawing = graph.layout(snapshots, refs, fold=fold)
-    kinds = dict(
-        Snapshot.objects.filter(application=application)
-        .values_list("kind")
-        .annotate(n=Count("id"))
-        .order_by()
+    kinds = cache.get_or_set(
+        f"web:lineage-kinds:{application.pk}:{application.created_at.timestamp()}",
+        lambda: dict(
+            Snapshot.objects.filter(application=application)
+            .values_list("kind")
+            .annotate(n=Count("id"))
+            .order_by()
+        ),
+        KIND_COUNTS_TTL_S,
     )
     events = list(
         Snapshot.objects.filter(application=application)
