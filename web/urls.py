@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from web.views import actions, applications, audit, base, jobs, lineage, operations, overview
+from web.views import actions, applications, audit, base, jobs, lineage, operations, overview, webs
 
 app_name = "web"
 urlpatterns = [
@@ -43,4 +43,5 @@ urlpatterns = [
         name="operation-cancel",
     ),
     path("audit/", audit.audit, name="audit"),
+    path("web/", webs.job_web, name="job-web"),
 ]
