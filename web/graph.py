@@ -121,6 +121,37 @@ def _line(x1: int, y1: int, x2: int, y2: int) -> str:
     return f"M{x1},{y1}C{x1},{ym} {x2},{ym} {x2},{y2}"
 
 
+class _Lines:
+    """Collects the drawing's lines, merging a lane's touching vertical segments into one
+    path (a lane that runs straight through a hundred rows is one line, not a hundred)."""
+
+    def __init__(self) -> None:
+        self.lines: list[GraphLine] = []
+        self._open: dict[int, list[int]] = {}  # lane -> [x, y_from, y_to, dashed]
+
+    def add(self, lane: int, x1: int, y1: int, x2: int, y2: int, dashed: bool = False) -> None:
+        if x1 != x2:
+            self.lines.append(GraphLine(_line(x1, y1, x2, y2), lane, dashed))
+            return
+        run = self._open.get(lane)
+        if run is not None and run[0] == x1 and run[2] == y1 and run[3] == dashed:
+            run[2] = y2
+            return
+        self._flush(lane)
+        self._open[lane] = [x1, y1, y2, dashed]
+
+    def _flush(self, lane: int) -> None:
+        run = self._open.pop(lane, None)
+        if run is not None:
+            x, y1, y2, dashed = run
+            self.lines.append(GraphLine(f"M{x},{y1}V{y2}", lane, bool(dashed)))
+
+    def done(self) -> list[GraphLine]:
+        for lane in list(self._open):
+            self._flush(lane)
+        return self.lines
+
+
 def _free(lanes: list[str | None]) -> int:
     for i, want in enumerate(lanes):
         if want is None:
@@ -215,7 +246,7 @@ def layout(
             i = j + 1
 
     rows: list[GraphRow] = []
-    lines: list[GraphLine] = []
+    lines = _Lines()
     nodes: list[GraphNode] = []
     lanes_used = 0
     k = 0
@@ -231,9 +262,7 @@ def layout(
             rows.append(GraphRow(top, step.column, None, folded=run))
             for lane, want in enumerate(step.before):
                 if want is not None:
-                    lines.append(
-                        GraphLine(_line(_x(lane), top, _x(lane), bottom), lane, lane == step.column)
-                    )
+                    lines.add(lane, _x(lane), top, _x(lane), bottom, lane == step.column)
             continue
         s = step.snapshot
         row_refs = sorted(refs.get(s.snapshot_id, []))
@@ -243,13 +272,13 @@ def layout(
             if want is None:
                 continue
             if want == s.snapshot_id:
-                lines.append(GraphLine(_line(_x(lane), top, x, mid), lane))
+                lines.add(lane, _x(lane), top, x, mid)
             else:
-                lines.append(GraphLine(_line(_x(lane), top, _x(lane), bottom), lane))
+                lines.add(lane, _x(lane), top, _x(lane), bottom)
         for lane in step.parent_lanes:
-            lines.append(GraphLine(_line(x, mid, _x(lane), bottom), lane))
+            lines.add(lane, x, mid, _x(lane), bottom)
         if step.stubs:
-            lines.append(GraphLine(f"M{x},{mid}l{LANE_W // 2},{ROW_H // 2}", step.column, True))
+            lines.add(step.column, x, mid, x + LANE_W // 2, bottom, True)
         nodes.append(
             GraphNode(
                 x=x,
@@ -267,10 +296,8 @@ def layout(
         bottom = len(rows) * ROW_H
         for lane, want in enumerate(steps[-1].after):
             if want is not None:
-                lines.append(
-                    GraphLine(_line(_x(lane), bottom, _x(lane), bottom + ROW_H // 2), lane, True)
-                )
-    return GraphLayout(rows, lines, nodes, min(lanes_used, MAX_LANES + 1))
+                lines.add(lane, _x(lane), bottom, _x(lane), bottom + ROW_H // 2, True)
+    return GraphLayout(rows, lines.done(), nodes, min(lanes_used, MAX_LANES + 1))
 
 
 MARKS = mark_safe("""<svg class="marks" width="0" height="0" aria-hidden="true"><defs>
