@@ -1,6 +1,7 @@
 """How a job run is started, watched and stopped: one `Launcher` protocol, two implementations.
 
-`get_launcher()` picks the implementation from `RUNNER` (`local` or `kubernetes`); nothing else
+This module knows neither implementation (`runners.local`, `runners.kubernetes`); the edge picks
+one by name with `runners.launchers.get_launcher` (`RUNNER`: `local` or `kubernetes`); nothing else
 about a job changes between them. A graceful stop reaches the job through the store's control
 document of its branch (see `request_stop`), so it works the same on a laptop and in a cluster;
 the launcher then escalates to SIGTERM / Pod deletion and finally SIGKILL at the deadline.
@@ -160,17 +161,3 @@ def pyspark_submit_args(master: str, conf: Mapping[str, str], driver_memory_mb: 
     for key, value in sorted(conf.items()):
         args += ["--conf", f"{key}={value}"]
     return shlex.join([*args, "pyspark-shell"])
-
-
-def get_launcher(name: str | None = None) -> Launcher:
-    """The launcher for `name`, or for `RUNNER` (default `local`), configured from the env."""
-    chosen = (name or os.environ.get("RUNNER", "").strip() or "local").lower()
-    if chosen == "local":
-        from runners.local import LocalLauncher
-
-        return LocalLauncher.from_env()
-    if chosen == "kubernetes":
-        from runners.kubernetes import KubernetesLauncher
-
-        return KubernetesLauncher.from_env()
-    raise LauncherError(f"RUNNER={chosen!r} is not supported: use local or kubernetes")

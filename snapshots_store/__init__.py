@@ -17,8 +17,8 @@ from snapshots_store.errors import (
     StoreError,
     UnknownRevisionError,
 )
-from snapshots_store.fsck import FsckProblem, FsckReport
-from snapshots_store.gc import GcItem, GcReport
+from snapshots_store.fsck import FsckProblem, FsckReport, check_repository
+from snapshots_store.gc import GcItem, GcReport, collect_garbage
 from snapshots_store.manifest import Manifest
 from snapshots_store.reflog import ReflogEntry
 from snapshots_store.refs import RefValue
@@ -48,5 +48,7 @@ __all__ = [
     "StoreConfigError",
     "StoreError",
     "UnknownRevisionError",
+    "check_repository",
+    "collect_garbage",
     "open_backend",
 ]

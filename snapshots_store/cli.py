@@ -19,7 +19,9 @@ from typing import Any, TextIO
 from snapshots_store.diff import KeyGroupChange, SnapshotDiff
 from snapshots_store.errors import StoreError
 from snapshots_store.manifest import Manifest
-from snapshots_store.repository import DEFAULT_GRACE, DEFAULT_RETENTION, Repository
+from snapshots_store.fsck import check_repository
+from snapshots_store.gc import DEFAULT_GRACE, DEFAULT_RETENTION, collect_garbage
+from snapshots_store.repository import Repository
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -264,7 +266,7 @@ def _cmd_resolve(repo: Repository, args: argparse.Namespace, out: _Output) -> in
 
 
 def _cmd_gc(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
-    report = repo.gc(retention=args.retention, grace=args.grace, dry_run=args.dry_run)
+    report = collect_garbage(repo, retention=args.retention, grace=args.grace, dry_run=args.dry_run)
     if out.as_json:
         out.json(report.to_dict())
         return 0
@@ -287,7 +289,7 @@ def _cmd_gc(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
 
 
 def _cmd_fsck(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
-    report = repo.fsck()
+    report = check_repository(repo)
     if out.as_json:
         out.json(report.to_dict())
     else:

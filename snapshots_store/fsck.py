@@ -213,7 +213,7 @@ class _Checker:
         self.problems.append(FsckProblem(kind, message, **where))
 
 
-def check(repo: Repository) -> FsckReport:
+def check_repository(repo: Repository) -> FsckReport:
     """Verify the repository; a report with no problems means every reachable byte is sound."""
     checker = _Checker(repo)
     targets = checker.check_refs()

@@ -33,6 +33,10 @@ from snapshots_store.refs import RefDocument
 if TYPE_CHECKING:
     from snapshots_store.repository import Repository
 
+#: reflog entries younger than this keep what they name alive.
+DEFAULT_RETENTION: Final = timedelta(days=7)
+#: objects younger than this are never removed (they may belong to an in-flight commit).
+DEFAULT_GRACE: Final = timedelta(hours=24)
 #: reflog entries are scanned newest first until one is this much older than the cutoff,
 #: which tolerates clock skew between writers.
 CLOCK_SKEW: Final = timedelta(minutes=5)
@@ -157,8 +161,15 @@ def mark(repo: Repository, live: set[str], logged: set[str]) -> tuple[set[str], 
     return reachable, gone
 
 
-def collect(repo: Repository, *, retention: timedelta, grace: timedelta, dry_run: bool) -> GcReport:
-    """Remove unreachable objects older than `grace` (or only list them when `dry_run`)."""
+def collect_garbage(
+    repo: Repository,
+    *,
+    retention: timedelta = DEFAULT_RETENTION,
+    grace: timedelta = DEFAULT_GRACE,
+    dry_run: bool = False,
+) -> GcReport:
+    """Remove objects of `repo` unreachable from refs and recent reflog entries and older than
+    `grace` (or only list them when `dry_run`)."""
     if retention < timedelta(0) or grace < timedelta(0):
         raise ValueError("retention and grace must not be negative")
     started = repo.now()

@@ -1,9 +1,11 @@
 """`Repository`: the porcelain — the verbs the engine and the control plane use.
 
 One repository is one namespace (application) of a store root. Plumbing lives in
-`objects`, `refs`, `reflog`, `control`, `graph`, `diff`, `gc` and `fsck`; this class wires
+`objects`, `refs`, `reflog`, `control`, `graph` and `diff`; this class wires
 them to one backend and adds the checks that keep the store consistent (a ref only ever
-points at a verified manifest; a commit's parents exist before it is written).
+points at a verified manifest; a commit's parents exist before it is written). Maintenance
+takes a repository and lives outside it, like dulwich's porcelain: `gc.collect_garbage(repo)`
+and `fsck.check_repository(repo)`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from snapshots_store import fsck, gc, graph
+from snapshots_store import graph
 from snapshots_store.backends import Backend, PrefixedBackend, open_backend
 from snapshots_store.codec import format_timestamp
 from snapshots_store.control import ControlStore
@@ -29,8 +31,6 @@ from snapshots_store.errors import (
     StoreError,
     UnknownRevisionError,
 )
-from snapshots_store.fsck import FsckReport
-from snapshots_store.gc import GcReport
 from snapshots_store.manifest import Manifest
 from snapshots_store.names import check_branch_name, check_namespace, check_ref_name
 from snapshots_store.objects import ObjectStore, check_kind, check_object_id, is_object_id
@@ -40,8 +40,6 @@ from snapshots_store.refs import RefStore, RefValue
 _SUFFIX = re.compile(r"(?:~(\d*)|\^(\d*))$")
 _MANIFEST_CACHE_SIZE = 4096
 MIN_PREFIX = 8
-DEFAULT_RETENTION = timedelta(days=7)
-DEFAULT_GRACE = timedelta(hours=24)
 
 
 def _utc_now() -> datetime:
@@ -365,19 +363,3 @@ class Repository:
     def write_control(self, branch: str, doc: dict[str, Any], expected_version: str | None) -> str:
         """CAS the control document; returns the new version (ControlConflictError if stale)."""
         return self.control.write(branch, doc, expected_version)
-
-    # -- maintenance -----------------------------------------------------------------------
-
-    def gc(
-        self,
-        *,
-        retention: timedelta = DEFAULT_RETENTION,
-        grace: timedelta = DEFAULT_GRACE,
-        dry_run: bool = False,
-    ) -> GcReport:
-        """Remove objects unreachable from refs and recent reflog entries (see gc.py)."""
-        return gc.collect(self, retention=retention, grace=grace, dry_run=dry_run)
-
-    def fsck(self) -> FsckReport:
-        """Verify every object reachable from the refs, and every reflog (see fsck.py)."""
-        return fsck.check(self)

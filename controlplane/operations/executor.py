@@ -11,6 +11,7 @@ are retried (with back-off) up to `EPOCHAL_OPERATION_MAX_ATTEMPTS` times; domain
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import os
 import signal
@@ -221,7 +222,14 @@ def execute(operation_id: Any, *, owner: str | None = None) -> str:
                 operation.current_phase = phase.name
                 _save_phases(operation)
                 _maybe_crash(operation.kind, phase.name, "before")
-                phase.run(PhaseContext(operation, phase.name, beat))
+                phase.run(
+                    PhaseContext(
+                        operation,
+                        phase.name,
+                        beat,
+                        functools.partial(record_phase_progress, operation, phase.name),
+                    )
+                )
                 _maybe_crash(operation.kind, phase.name, "after")
                 heartbeat.check()
                 record["state"] = "succeeded"

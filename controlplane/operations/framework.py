@@ -62,10 +62,18 @@ class OperationSpec:
 class PhaseContext:
     """What a running phase sees; writes go to the operation row immediately."""
 
-    def __init__(self, operation: Operation, phase: str, heartbeat: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        operation: Operation,
+        phase: str,
+        heartbeat: Callable[[], None],
+        report_progress: Callable[[float, str], None],
+    ) -> None:
+        """`report_progress(fraction, detail)` records this phase's progress (the executor's)."""
         self.operation = operation
         self.phase = phase
         self._heartbeat = heartbeat
+        self._report_progress = report_progress
 
     @property
     def params(self) -> dict[str, Any]:
@@ -97,9 +105,7 @@ class PhaseContext:
         self.operation.save(update_fields=["context", "updated_at"])
 
     def progress(self, fraction: float, detail: str = "") -> None:
-        from controlplane.operations.executor import record_phase_progress
-
-        record_phase_progress(self.operation, self.phase, fraction, detail)
+        self._report_progress(fraction, detail)
         self._heartbeat()
 
     def check_cancel(self) -> None:

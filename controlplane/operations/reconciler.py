@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from snapshots_store import collect_garbage
 import datetime as dt
 import logging
 
@@ -24,6 +25,7 @@ from controlplane.jobs.services import job_set_state, launcher_for, run_refresh
 from controlplane.jobs.store import application_repository
 from controlplane.operations.executor import QUEUED
 from controlplane.operations.models import ACTIVE_STATES, Operation
+from controlplane.operations.services import operation_enqueue, operation_request
 from runners.launcher import RunHandle
 
 log = logging.getLogger(__name__)
@@ -35,8 +37,6 @@ def _lease() -> dt.timedelta:
 
 def reconcile_operations() -> int:
     """(Re-)dispatch operations no worker holds; the number dispatched."""
-    from controlplane.operations.tasks import run_operation
-
     now = timezone.now()
     stale = Operation.objects.filter(state__in=ACTIVE_STATES).filter(
         Q(lease_expires_at__isnull=True, created_at__lt=now - dt.timedelta(seconds=2))
@@ -52,7 +52,7 @@ def reconcile_operations() -> int:
         if not claimed:
             continue
         try:
-            run_operation.delay(str(op.pk))
+            operation_enqueue(str(op.pk))
             dispatched += 1
             log.info("reconciler dispatched %s operation %s (%s)", op.kind, op.pk, op.state)
         except Exception:
@@ -66,8 +66,6 @@ def _backoff(job: Job) -> dt.timedelta:
 
 def reconcile_jobs() -> tuple[int, int]:
     """Follow live runs; apply restart policies. (runs checked, restarts requested)."""
-    from controlplane.operations.services import operation_request
-
     checked = restarts = 0
     for run in Run.objects.filter(phase__in=[RunPhase.PENDING, RunPhase.RUNNING]).select_related(
         "job", "job__application"
@@ -168,7 +166,7 @@ def collect_garbage_all() -> dict[str, int]:
     removed = 0
     for application in Application.objects.all():
         try:
-            report = application_repository(application).gc(retention=retention)
+            report = collect_garbage(application_repository(application), retention=retention)
             removed += len(report.removed)
         except Exception:
             log.warning("gc of %s failed", application.name, exc_info=True)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from celery import signature
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -135,12 +136,22 @@ def operation_request(
     return Requested(operation, created=True)
 
 
+RUN_OPERATION_TASK = "epochal.run_operation"
+
+
+def operation_enqueue(operation_id: str) -> None:
+    """Send `epochal.run_operation` to the broker, by the task's name: the one place that does.
+
+    A signature by name keeps this module free of an import of `tasks` (which imports the
+    executor and the reconciler); Celery still runs it eagerly when the app says so.
+    """
+    signature(RUN_OPERATION_TASK, args=(operation_id,)).delay()
+
+
 def operation_dispatch(operation: Operation) -> None:
     """Hand the operation to a Celery worker; the reconciler retries when the broker is down."""
-    from controlplane.operations.tasks import run_operation
-
     try:
-        run_operation.delay(str(operation.pk))
+        operation_enqueue(str(operation.pk))
     except Exception:
         log.warning(
             "could not dispatch operation %s; the reconciler will", operation.pk, exc_info=True

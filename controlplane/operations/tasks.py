@@ -1,10 +1,15 @@
-"""Celery tasks: thin wrappers around the executor and the reconciler."""
+"""Celery tasks: thin wrappers around the executor and the reconciler.
+
+Nothing imports this module but Celery's autodiscovery: services enqueue `epochal.run_operation`
+by name (`services.operation_enqueue`), so the arrows run tasks -> reconciler -> services.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 
 from controlplane.operations.executor import execute
+from controlplane.operations.reconciler import collect_garbage_all, reconcile_all
 
 
 @shared_task(name="epochal.run_operation", acks_late=True, reject_on_worker_lost=True)
@@ -14,13 +19,9 @@ def run_operation(operation_id: str) -> str:
 
 @shared_task(name="epochal.reconcile")
 def reconcile() -> dict[str, int]:
-    from controlplane.operations.reconciler import reconcile_all
-
     return reconcile_all()
 
 
 @shared_task(name="epochal.collect_garbage")
 def collect_garbage() -> dict[str, int]:
-    from controlplane.operations.reconciler import collect_garbage_all
-
     return collect_garbage_all()

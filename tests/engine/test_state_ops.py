@@ -3,6 +3,7 @@ new_branch_commit (fork, rollback, rescale), and the engine continuing after eac
 
 from __future__ import annotations
 
+from snapshots_store import check_repository
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -319,7 +320,7 @@ def test_copy_branch_resumes_after_a_crash_and_fast_forwards(
     assert result.bytes_copied > 0 and result.bytes_skipped > 0
     assert dst.resolve("cp") == head
     assert dst.reflog("heads/cp")[-1].operation_id == "op-copy"
-    assert dst.fsck().ok
+    assert check_repository(dst).ok
     pd.testing.assert_frame_equal(_frame(read_output(dst, "cp")), _frame(read_output(half, "cp")))
     pd.testing.assert_frame_equal(_state(dst, "cp"), _state(half, "cp"))
     again = copy_branch(half, dst, "cp", verify_existing=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from snapshots_store import check_repository
 import contextlib
 import json
 import os
@@ -178,7 +179,7 @@ def test_sigterm_abandons_the_running_epoch_and_follow_resumes_then_stops_on_req
     assert slow.events[-1]["event"] == "stopped"
     assert slow.events[-1]["reason"] == "SIGTERM: epoch 2 abandoned before its commit"
     assert _head_epoch(repo) == len(slow.committed) == 1  # nothing committed after the signal
-    assert repo.fsck().ok
+    assert check_repository(repo).ok
     # 2) restart following the directory; it catches up, waits, takes a new file, and stops
     #    on a stop request for its run id
     follow = _Job(

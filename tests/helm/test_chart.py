@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from runners.kubernetes import RBAC_RULES, SPARK_DRIVER_RBAC_RULES, KubernetesLauncher, RbacRule
-from runners.launcher import get_launcher
+from runners.launchers import get_launcher
 from tests.conftest import require_service
 from tests.helm.conftest import CHART, Helm
 

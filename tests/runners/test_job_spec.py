@@ -3,7 +3,8 @@ from __future__ import annotations
 import pytest
 
 from runners.job_spec import JobSpec, JobSpecError, Resources, Toleration, memory_with_overhead_mb
-from runners.launcher import LauncherError, get_launcher
+from runners.launcher import LauncherError
+from runners.launchers import get_launcher
 from runners.local import LocalLauncher
 
 

@@ -3,6 +3,7 @@ a complete ordered reflog — on the local backend (flock) and on S3 (conditiona
 
 from __future__ import annotations
 
+from snapshots_store import check_repository
 import itertools
 import multiprocessing
 from collections import defaultdict
@@ -95,4 +96,4 @@ def test_retrying_writers_lose_no_update(any_url: str) -> None:
     assert [e.seq for e in log] == list(range(1, WORKERS * count + 1))
     assert [e.new for e in log] == chain[::-1]
     assert all(later.old == earlier.new for earlier, later in itertools.pairwise(log))
-    assert repo.fsck().ok
+    assert check_repository(repo).ok

@@ -3,6 +3,7 @@ gc (grace 0) then removes the debris and nothing reachable; fsck is clean."""
 
 from __future__ import annotations
 
+from snapshots_store import check_repository, collect_garbage
 import random
 import signal
 import subprocess
@@ -51,8 +52,8 @@ def _assert_head_is_sound(repo: Repository) -> None:
 
 def _collect_and_check(repo: Repository) -> GcReport:
     time.sleep(1.1)  # older than the grace period, given one-second mtime resolution
-    report = repo.gc(retention=timedelta(0), grace=timedelta(0), dry_run=False)
-    assert repo.fsck().ok, repo.fsck().problems
+    report = collect_garbage(repo, retention=timedelta(0), grace=timedelta(0), dry_run=False)
+    assert check_repository(repo).ok, check_repository(repo).problems
     head = repo.read_ref("heads/main")
     reachable = set()
     if head is not None:
@@ -96,7 +97,7 @@ def test_kill_between_object_write_and_ref_cas(any_url: str) -> None:
     doomed_manifest, doomed_chunk = out.split()
     assert repo.has_object(doomed_manifest) and repo.has_object(doomed_chunk)
     assert repo.read_ref("heads/main").target == ids[-1]  # type: ignore[union-attr]
-    report = repo.gc(retention=timedelta(0), grace=timedelta(hours=1), dry_run=False)
+    report = collect_garbage(repo, retention=timedelta(0), grace=timedelta(hours=1), dry_run=False)
     assert report.removed == () and report.kept_young == 2  # in-flight objects are protected
     _collect_and_check(repo)
     assert not repo.has_object(doomed_manifest) and not repo.has_object(doomed_chunk)
@@ -113,10 +114,10 @@ def test_leftover_temp_files_are_partial_writes_gc_removes(
     assert [i.key for i in repo.backend.list_partial("")] == [
         "objects/ab/.cdef.tmp-0123456789abcdef"
     ]
-    assert repo.fsck().ok
-    dry = repo.gc(retention=timedelta(0), grace=timedelta(0), dry_run=True)
+    assert check_repository(repo).ok
+    dry = collect_garbage(repo, retention=timedelta(0), grace=timedelta(0), dry_run=True)
     time.sleep(1.1)
-    report = repo.gc(retention=timedelta(0), grace=timedelta(0), dry_run=False)
+    report = collect_garbage(repo, retention=timedelta(0), grace=timedelta(0), dry_run=False)
     assert dry.removed == () or dry.removed[0].reason == "partial write"
     assert [(i.key, i.reason) for i in report.removed] == [(TEMP_KEY, "partial write")]
     assert not debris.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from snapshots_store import check_repository
 from collections.abc import Callable
 
 import pytest
@@ -132,10 +133,10 @@ FAULTS: dict[str, tuple[Callable[[Repository, dict[str, str]], None], dict[str, 
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_fsck_detects_and_names_each_fault(any_repo: Repository, fault: str) -> None:
     h = _history(any_repo)
-    assert any_repo.fsck().ok
+    assert check_repository(any_repo).ok
     inject, expected = FAULTS[fault]
     inject(any_repo, h)
-    report = any_repo.fsck()
+    report = check_repository(any_repo)
     assert not report.ok
     assert len(report.problems) == 1, report.problems
     problem: FsckProblem = report.problems[0]
@@ -157,7 +158,7 @@ def test_shared_broken_chunk_is_reported_once(repo: Repository) -> None:
         m = manifest(epoch=epoch, parents=(head,) if head else (), key_groups={3: [chunk]})
         head = repo.commit(m, "main", expected_head=head, reason="e")
     repo.backend.delete(object_key(chunk))
-    problems = repo.fsck().problems
+    problems = check_repository(repo).problems
     assert [(p.kind, p.object_id, p.key_group) for p in problems] == [("missing-object", chunk, 3)]
     assert problems[0].snapshot_id == head  # the newest snapshot that needs it
 
@@ -172,7 +173,7 @@ def test_reading_corrupt_object_never_returns_wrong_bytes(any_repo: Repository) 
 def test_output_listed_as_chunk_is_a_wrong_kind(repo: Repository) -> None:
     output = repo.put_object("output", b"rows")
     sid = repo.commit(manifest(key_groups={4: [output]}), "main", expected_head=None, reason="x")
-    problems = repo.fsck().problems
+    problems = check_repository(repo).problems
     assert [(p.kind, p.snapshot_id, p.key_group, p.object_id) for p in problems] == [
         ("wrong-kind", sid, 4, output)
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from snapshots_store import check_repository, collect_garbage
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -61,14 +62,14 @@ def test_rolled_back_commits_live_until_reflog_retention_expires(
     repo.cas_ref("heads/main", ids[3], ids[1], operation_id="rb", reason="rollback")
     abandoned = _objects_of(repo, ids[2]) | _objects_of(repo, ids[3])
     clock.now += timedelta(hours=12)
-    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    report = collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(0))
     assert report.removed == ()
     assert all(repo.has_object(o) for o in abandoned)
     clock.now += timedelta(days=2)
-    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    report = collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(0))
     assert {item.object_id for item in report.removed} == abandoned
     assert not any(repo.has_object(o) for o in abandoned)
-    assert repo.fsck().ok
+    assert check_repository(repo).ok
     assert [sid for sid, _ in repo.log("main")] == [ids[1], ids[0]]
 
 
@@ -78,9 +79,9 @@ def test_tags_protect_commits_beyond_retention(timed_repo: Repository, clock: Cl
     repo.cas_ref("tags/savepoint-1", None, ids[2], reason="savepoint")
     repo.cas_ref("heads/main", ids[2], ids[0], reason="rollback")
     clock.now += timedelta(days=30)
-    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    report = collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(0))
     assert report.removed == ()
-    assert repo.fsck().ok
+    assert check_repository(repo).ok
     assert repo.ancestors("tags/savepoint-1") == set(ids)
 
 
@@ -96,9 +97,9 @@ def test_deleted_branch_is_kept_by_its_reflog_until_retention(
         reason="fork",
     )
     repo.delete_ref("heads/side", fork, operation_id="op-del", reason="delete branch")
-    assert repo.gc(retention=timedelta(days=1), grace=timedelta(0)).removed == ()
+    assert collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(0)).removed == ()
     clock.now += timedelta(days=2)
-    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    report = collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(0))
     assert [item.object_id for item in report.removed] == [fork]
 
 
@@ -108,10 +109,10 @@ def test_grace_period_protects_young_unreachable_objects(
     repo = timed_repo
     commit_chain(repo, 2)
     in_flight = repo.put_object("chunk", b"chunk of a commit not yet made")
-    report = repo.gc(retention=timedelta(0), grace=timedelta(hours=1))
+    report = collect_garbage(repo, retention=timedelta(0), grace=timedelta(hours=1))
     assert report.removed == () and report.kept_young == 1
     clock.now += timedelta(hours=2)
-    report = repo.gc(retention=timedelta(0), grace=timedelta(hours=1))
+    report = collect_garbage(repo, retention=timedelta(0), grace=timedelta(hours=1))
     assert [item.object_id for item in report.removed] == [in_flight]
 
 
@@ -121,7 +122,7 @@ def test_objects_written_after_gc_started_are_never_removed(repo: Repository) ->
     late = repo.put_object("chunk", b"written after the gc clock started")
     started = datetime.now(UTC) - timedelta(milliseconds=1)
     repo_at_start = Repository(repo.backend, clock=lambda: started)
-    report = repo_at_start.gc(retention=timedelta(0), grace=timedelta(0))
+    report = collect_garbage(repo_at_start, retention=timedelta(0), grace=timedelta(0))
     assert report.removed == ()
     assert repo.has_object(late)
 
@@ -134,7 +135,7 @@ def test_dry_run_lists_with_sizes_and_removes_nothing(
     junk = [repo.put_object("blob", bytes(200 + i)) for i in range(3)]
     clock.now += timedelta(days=1)
     before = listing(local_root)  # type: ignore[arg-type]
-    report = repo.gc(retention=timedelta(0), grace=timedelta(hours=1), dry_run=True)
+    report = collect_garbage(repo, retention=timedelta(0), grace=timedelta(hours=1), dry_run=True)
     assert report.dry_run
     assert sorted(item.object_id for item in report.removed) == sorted(junk)  # type: ignore[type-var]
     for item in report.removed:
@@ -155,7 +156,7 @@ def test_gc_refuses_to_delete_when_a_reachable_manifest_is_missing(
     before = listing(local_root)  # type: ignore[arg-type]
     cold = Repository(repo.backend, clock=clock)  # no manifests cached from the commits
     with pytest.raises(StoreError, match=f"gc stopped before deleting anything.*{ids[1]}"):
-        cold.gc(retention=timedelta(0), grace=timedelta(0))
+        collect_garbage(cold, retention=timedelta(0), grace=timedelta(0))
     assert listing(local_root) == before  # type: ignore[arg-type]
 
 
@@ -165,14 +166,14 @@ def test_gc_keeps_other_namespaces_alone(store_url: str, clock: Clock) -> None:
     commit_chain(a, 2)
     kept = commit_chain(b, 2)
     clock.now += timedelta(days=10)
-    a.gc(retention=timedelta(0), grace=timedelta(0))
+    collect_garbage(a, retention=timedelta(0), grace=timedelta(0))
     assert all(b.has_object(s) for s in kept)
-    assert b.fsck().ok
+    assert check_repository(b).ok
 
 
 def test_negative_durations_are_rejected(repo: Repository) -> None:
     with pytest.raises(ValueError):
-        repo.gc(retention=timedelta(seconds=-1), grace=timedelta(0))
+        collect_garbage(repo, retention=timedelta(seconds=-1), grace=timedelta(0))
 
 
 def test_gc_after_a_shorter_retention_run_is_not_blocked(
@@ -182,14 +183,14 @@ def test_gc_after_a_shorter_retention_run_is_not_blocked(
     ids = commit_chain(repo, 3)
     repo.cas_ref("heads/main", ids[2], ids[0], reason="rollback")
     clock.now += timedelta(hours=1)
-    first = repo.gc(retention=timedelta(0), grace=timedelta(0))
+    first = collect_garbage(repo, retention=timedelta(0), grace=timedelta(0))
     assert {ids[1], ids[2]} <= {item.object_id for item in first.removed}
     cold = Repository(repo.backend, clock=clock)
-    report = cold.gc(retention=timedelta(days=7), grace=timedelta(0))
+    report = collect_garbage(cold, retention=timedelta(days=7), grace=timedelta(0))
     # The first run pruned the expired entries 1..3; the current entry (4: ids[2] -> ids[0])
     # is never pruned and still names the removed ids[2].
     assert report.reflog_roots_gone == 1 and report.removed == ()
-    assert cold.fsck().ok
+    assert check_repository(cold).ok
 
 
 class _StaleListingBackend(PrefixedBackend):
@@ -204,7 +205,7 @@ def test_object_refreshed_after_the_listing_is_not_removed(store_url: str) -> No
     repo = Repository(_StaleListingBackend(open_backend(store_url), "app"))
     commit_chain(repo, 1)
     reused = repo.put_object("chunk", b"re-used by an in-flight commit")
-    report = repo.gc(retention=timedelta(0), grace=timedelta(hours=1))
+    report = collect_garbage(repo, retention=timedelta(0), grace=timedelta(hours=1))
     assert report.removed == () and report.kept_young == 1
     assert repo.has_object(reused)
 
@@ -214,19 +215,19 @@ def test_gc_prunes_expired_reflog_entries_as_a_prefix(timed_repo: Repository, cl
     ids = commit_chain(repo, 3)  # entries 1..3 at t0
     clock.now += timedelta(days=3)
     ids += commit_chain_from(repo, ids[-1], 2)  # entries 4..5 at t0 + 3 days
-    dry = repo.gc(retention=timedelta(days=1), grace=timedelta(0), dry_run=True)
+    dry = collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(0), dry_run=True)
     assert dry.reflog_entries_pruned == 3
     assert [e.seq for e in repo.reflog("heads/main")] == [1, 2, 3, 4, 5]
-    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    report = collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(0))
     assert report.reflog_entries_pruned == 3 and report.removed == ()
     assert [e.seq for e in repo.reflog("heads/main")] == [4, 5]
-    assert repo.fsck().ok
+    assert check_repository(repo).ok
     clock.now += timedelta(days=3)
-    repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(0))
     assert [e.seq for e in repo.reflog("heads/main")] == [5]  # the current entry stays
     more = commit_chain_from(repo, ids[-1], 1)
     assert [(e.seq, e.new) for e in repo.reflog("heads/main")] == [(5, ids[-1]), (6, more[0])]
-    assert repo.fsck().ok
+    assert check_repository(repo).ok
 
 
 def test_pruning_stops_at_the_first_entry_within_retention(
@@ -237,7 +238,7 @@ def test_pruning_stops_at_the_first_entry_within_retention(
     clock.now += timedelta(days=3)
     repo.cas_ref("tags/keep", None, ids[0], reason="tag")
     ids += commit_chain_from(repo, ids[-1], 1)  # 3 at t0 + 3 d
-    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    report = collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(0))
     assert report.reflog_entries_pruned == 2
     assert [e.seq for e in repo.reflog("heads/main")] == [3]
     assert [e.seq for e in repo.reflog("tags/keep")] == [1]
@@ -250,8 +251,8 @@ def test_interrupted_pruning_leaves_no_visible_hole(timed_repo: Repository, cloc
     # A gc that raised the mark to 3 and died before deleting entries 1..2:
     repo.backend.put(f"{LOGS}/pruned-before", b'{"pruned_before":3}')
     assert [e.seq for e in repo.reflog("heads/main")] == [3, 4]
-    assert repo.fsck().ok
-    report = repo.gc(retention=timedelta(days=1), grace=timedelta(0))
+    assert check_repository(repo).ok
+    report = collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(0))
     assert report.reflog_entries_pruned == 1  # entry 3; leftovers 1..2 are deleted too
     assert sorted(i.key for i in repo.backend.list(f"{LOGS}/")) == [
         f"{LOGS}/000000000004",
@@ -265,6 +266,6 @@ def test_a_hole_above_the_pruning_mark_is_still_a_gap(timed_repo: Repository, cl
     commit_chain(repo, 5)
     repo.backend.put(f"{LOGS}/pruned-before", b'{"pruned_before":2}')
     repo.backend.delete(f"{LOGS}/000000000003")
-    assert [p.kind for p in repo.fsck().problems] == ["reflog-gap"]
+    assert [p.kind for p in check_repository(repo).problems] == ["reflog-gap"]
     with pytest.raises(StoreError, match="lacks entries"):
         repo.reflog("heads/main")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from snapshots_store import check_repository, collect_garbage
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -90,17 +91,17 @@ def test_gc_and_fsck(any_repo: Repository) -> None:
     ids = commit_chain(any_repo, 3)
     debris = any_repo.put_object("chunk", b"never committed")
     time.sleep(1.1)  # S3 mtimes have one-second resolution
-    report = any_repo.gc(retention=timedelta(days=1), grace=timedelta(0), dry_run=True)
+    report = collect_garbage(any_repo, retention=timedelta(days=1), grace=timedelta(0), dry_run=True)
     assert [item.object_id for item in report.removed] == [debris]
     assert any_repo.has_object(debris)
-    report = any_repo.gc(retention=timedelta(days=1), grace=timedelta(0), dry_run=False)
+    report = collect_garbage(any_repo, retention=timedelta(days=1), grace=timedelta(0), dry_run=False)
     assert [item.object_id for item in report.removed] == [debris]
     assert not any_repo.has_object(debris)
-    assert any_repo.fsck().ok
+    assert check_repository(any_repo).ok
     assert [sid for sid, _ in any_repo.log("main")] == ids[::-1]
     chunk = next(iter(any_repo.read_manifest(ids[1]).key_groups.values()))[0]
     any_repo.backend.delete(object_key(chunk))
-    problems = any_repo.fsck().problems
+    problems = check_repository(any_repo).problems
     assert [(p.kind, p.snapshot_id, p.object_id) for p in problems] == [
         ("missing-object", ids[1], chunk)
     ]
@@ -122,10 +123,10 @@ def test_reflog_pruning(any_url: str) -> None:
     repo = Repository.open(any_url, "app", clock=lambda: now[0])
     ids = commit_chain(repo, 3)
     now[0] += timedelta(days=2)
-    report = repo.gc(retention=timedelta(days=1), grace=timedelta(hours=1))
+    report = collect_garbage(repo, retention=timedelta(days=1), grace=timedelta(hours=1))
     assert report.reflog_entries_pruned == 2 and report.removed == ()
     assert [(e.seq, e.new) for e in repo.reflog("heads/main")] == [(3, ids[2])]
-    assert repo.fsck().ok
+    assert check_repository(repo).ok
 
 
 def test_repository_pickles_for_spark_executors(any_url: str) -> None:

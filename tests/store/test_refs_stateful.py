@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from snapshots_store import check_repository, collect_garbage
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ class RefMachine(RuleBasedStateMachine):
     @rule(retention_hours=st.integers(0, 96))
     def gc(self, retention_hours: int) -> None:
         cutoff = self.now - timedelta(hours=retention_hours)
-        self.repo.gc(retention=timedelta(hours=retention_hours), grace=timedelta(hours=1))
+        collect_garbage(self.repo, retention=timedelta(hours=retention_hours), grace=timedelta(hours=1))
         for ref, entries in self.logs.items():
             kept = self.first_kept[ref]
             while kept < len(entries) and entries[kept - 1].at < cutoff:
@@ -108,7 +109,7 @@ class RefMachine(RuleBasedStateMachine):
 
     @invariant()
     def store_is_sound(self) -> None:
-        assert self.repo.fsck().ok
+        assert check_repository(self.repo).ok
 
 
 TestRefMachine = RefMachine.TestCase
