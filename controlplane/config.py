@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from snapshots_store.backends import local_store_url
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("EPOCHAL_VAR_DIR", BASE_DIR / "var")).resolve()
 
@@ -38,11 +40,7 @@ def broker_url() -> str:
 
 
 def store_url() -> str:
-    url = env("STORE_URL", f"file://{VAR_DIR / 'store'}")
-    if url.startswith("file://") and not url.startswith("file:///"):
-        # A relative file URL is taken relative to the project root, not the current directory.
-        url = f"file://{(BASE_DIR / url.removeprefix('file://')).resolve()}"
-    return url
+    return local_store_url(env("STORE_URL", ""), root=BASE_DIR, default=VAR_DIR / "store")
 
 
 def runner() -> str:

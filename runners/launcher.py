@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
-import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass

@@ -1,6 +1,8 @@
 """Command line: inspect and maintain a store.
 
-    python -m snapshots_store --store URL --namespace NS [--json] COMMAND ...
+    python -m snapshots_store [--store URL] --namespace NS [--json] COMMAND ...
+
+The store defaults to `$STORE_URL`, else the control plane's embedded default (`var/store`).
 
 Exit status: 0 success, 1 store error (message on stderr), 2 bad usage, 3 fsck problems.
 """
@@ -14,13 +16,15 @@ import re
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, TextIO
 
+from snapshots_store.backends import local_store_url
 from snapshots_store.diff import KeyGroupChange, SnapshotDiff
 from snapshots_store.errors import StoreError
-from snapshots_store.manifest import Manifest
 from snapshots_store.fsck import check_repository
 from snapshots_store.gc import DEFAULT_GRACE, DEFAULT_RETENTION, collect_garbage
+from snapshots_store.manifest import Manifest
 from snapshots_store.repository import Repository
 
 EXIT_ERROR = 1
@@ -69,44 +73,55 @@ def _size(value: int | None) -> str:
     return f"{amount:.1f} {unit}"
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m snapshots_store",
-        description="Inspect and maintain an Epochal snapshot store.",
-        epilog="Exit status: 0 ok, 1 store error, 2 bad usage, 3 fsck found problems.",
-    )
-    parser.add_argument(
-        "--store",
-        default=os.environ.get("STORE_URL"),
-        help="store URL: file://path or s3://bucket/prefix?endpoint_url=… (default: $STORE_URL)",
-    )
-    parser.add_argument("--namespace", required=True, help="application namespace")
-    parser.add_argument("--json", action="store_true", help="machine-readable output")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+#: a checkout's embedded default store: `var/store` beside the packages (as the control plane's)
+_CHECKOUT = Path(__file__).resolve().parent.parent
 
-    log = sub.add_parser("log", help="history of a revision, newest first")
+
+def default_store_url() -> str:
+    """`$STORE_URL`, else the embedded default the control plane uses (`file://…/var/store`)."""
+    var_dir = Path(os.environ.get("EPOCHAL_VAR_DIR", "").strip() or _CHECKOUT / "var")
+    return local_store_url(
+        os.environ.get("STORE_URL", "").strip(), root=_CHECKOUT, default=var_dir.resolve() / "store"
+    )
+
+
+def json_flag() -> argparse.ArgumentParser:
+    """`--json` for every command's own parser (`log --json` as well as `--json log`)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "--json", action="store_true", default=argparse.SUPPRESS, help="machine-readable output"
+    )
+    return parent
+
+
+def add_commands(sub: Any, parents: Sequence[argparse.ArgumentParser] = ()) -> None:
+    """The store commands, on a subparsers object (`python -m snapshots_store`, `epochal store`)."""
+    common = list(parents)
+    log = sub.add_parser("log", help="history of a revision, newest first", parents=common)
     log.add_argument("rev", nargs="?", default="main", help="revision (default: main)")
     log.add_argument("--first-parent", action="store_true", help="follow first parents only")
     log.add_argument("-n", "--limit", type=_count, default=None, help="show at most N snapshots")
 
-    show = sub.add_parser("show", help="one snapshot's manifest")
+    show = sub.add_parser("show", help="one snapshot's manifest", parents=common)
     show.add_argument("rev")
 
-    diff = sub.add_parser("diff", help="key groups and offsets changed from A to B")
+    diff = sub.add_parser("diff", help="key groups and offsets changed from A to B", parents=common)
     diff.add_argument("a")
     diff.add_argument("b")
 
-    refs = sub.add_parser("refs", help="branches and tags")
+    refs = sub.add_parser("refs", help="branches and tags", parents=common)
     refs.add_argument("prefix", nargs="?", default="", help="e.g. heads/ or tags/")
 
-    reflog = sub.add_parser("reflog", help="every move of a ref, oldest first")
+    reflog = sub.add_parser("reflog", help="every move of a ref, oldest first", parents=common)
     reflog.add_argument("ref", help="heads/<branch>, tags/<tag> or a branch name")
     reflog.add_argument("-n", "--limit", type=_count, default=None, help="only the latest N moves")
 
-    resolve = sub.add_parser("resolve", help="print the snapshot id a revision names")
+    resolve = sub.add_parser(
+        "resolve", help="print the snapshot id a revision names", parents=common
+    )
     resolve.add_argument("rev")
 
-    gc = sub.add_parser("gc", help="remove unreachable objects")
+    gc = sub.add_parser("gc", help="remove unreachable objects", parents=common)
     gc.add_argument(
         "--retention",
         type=parse_duration,
@@ -123,7 +138,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would go, remove nothing")
 
-    sub.add_parser("fsck", help="verify every reachable object and every reflog")
+    sub.add_parser("fsck", help="verify every reachable object and every reflog", parents=common)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m snapshots_store",
+        description="Inspect and maintain an Epochal snapshot store.",
+        epilog="Exit status: 0 ok, 1 store error, 2 bad usage, 3 fsck found problems. "
+        "`epochal store` runs the same commands on a registered application's store.",
+    )
+    parser.add_argument(
+        "--store",
+        default=default_store_url(),
+        help="store URL: file://path or s3://bucket/prefix?endpoint_url=… "
+        "(default: $STORE_URL, else the embedded default; now %(default)s)",
+    )
+    parser.add_argument("--namespace", required=True, help="application namespace")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    add_commands(
+        parser.add_subparsers(dest="command", required=True, metavar="COMMAND"), [json_flag()]
+    )
     return parser
 
 
@@ -315,15 +350,10 @@ _COMMANDS = {
 }
 
 
-def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
-    """Run the CLI; returns the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    out = _Output(stdout or sys.stdout, args.json)
-    if not args.store:
-        parser.error("no store: pass --store URL or set STORE_URL")
+def run_command(repo: Repository, args: argparse.Namespace, stdout: TextIO | None = None) -> int:
+    """Run the parsed store command `args.command` on `repo`; returns the exit status."""
+    out = _Output(stdout or sys.stdout, bool(getattr(args, "json", False)))
     try:
-        repo = Repository.open(args.store, args.namespace)
         return _COMMANDS[args.command](repo, args, out)
     except StoreError as exc:
         sys.stderr.write(f"error: {exc}\n")
@@ -333,3 +363,15 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         return 130
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None) -> int:
+    """Run the CLI; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        repo = Repository.open(args.store, args.namespace)
+    except StoreError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return EXIT_ERROR
+    return run_command(repo, args, stdout)

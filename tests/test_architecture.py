@@ -139,4 +139,5 @@ def test_the_checker_sees_function_level_imports_and_cycles() -> None:
     assert "snapshots_store.errors" in graph["snapshots_store.repository"]
     looped = {**graph, "snapshots_store.errors": {*graph["snapshots_store.errors"]}}
     looped["snapshots_store.errors"].add("snapshots_store.repository")
-    assert ["snapshots_store.errors", "snapshots_store.repository"] in import_cycles(looped)
+    [cycle] = import_cycles(looped)
+    assert {"snapshots_store.errors", "snapshots_store.repository"} <= set(cycle)

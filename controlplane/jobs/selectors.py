@@ -13,7 +13,7 @@ def job_get(*, name: str) -> Job:
         return Job.objects.select_related("application", "version").get(name=name)
     except Job.DoesNotExist:
         raise NotFound(
-            f"no job named {name!r}; list jobs with GET /api/jobs/ or `manage.py jobs`",
+            f"no job named {name!r}; list jobs with `epochal jobs` or GET /api/jobs/",
             code="job_not_found",
         ) from None
 

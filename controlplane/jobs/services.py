@@ -20,8 +20,8 @@ from controlplane.errors import Conflict, InvalidRequest
 from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase
 from runners.job_spec import JobSpec, JobSpecError, Resources, Toleration, new_run_id
 from runners.launcher import Launcher, LauncherError, RunHandle, RunNotFoundError
-from runners.launchers import get_launcher
 from runners.launcher import RunPhase as LauncherPhase
+from runners.launchers import get_launcher
 from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name
 

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-from snapshots_store import collect_garbage
 import datetime as dt
 import logging
 
@@ -27,6 +26,7 @@ from controlplane.operations.executor import QUEUED
 from controlplane.operations.models import ACTIVE_STATES, Operation
 from controlplane.operations.services import operation_enqueue, operation_request
 from runners.launcher import RunHandle
+from snapshots_store import collect_garbage
 
 log = logging.getLogger(__name__)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from snapshots_store.backends.base import Backend, Blob, KeyInfo, PrefixedBackend, check_key
@@ -16,8 +17,19 @@ __all__ = [
     "LocalBackend",
     "PrefixedBackend",
     "check_key",
+    "local_store_url",
     "open_backend",
 ]
+
+
+def local_store_url(url: str, *, root: Path, default: Path) -> str:
+    """`url` with a relative `file://` path taken relative to `root` (not the current directory);
+    `file://<default>` when `url` is empty. Other URLs are returned unchanged."""
+    if not url:
+        return f"file://{default}"
+    if url.startswith("file://") and not url.startswith("file:///"):
+        return f"file://{(root / url.removeprefix('file://')).resolve()}"
+    return url
 
 
 def open_backend(url: str) -> Backend:

@@ -3,7 +3,6 @@ new_branch_commit (fork, rollback, rescale), and the engine continuing after eac
 
 from __future__ import annotations
 
-from snapshots_store import check_repository
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from runners.engine.state_ops import (
     replay_problem,
     transform_state,
 )
-from snapshots_store import RefConflictError, Repository
+from snapshots_store import RefConflictError, Repository, check_repository
 from tests.engine.jobs import aggregate_job, running_total, running_total_v2
 
 pytestmark = pytest.mark.spark

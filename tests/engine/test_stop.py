@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from snapshots_store import check_repository
 import contextlib
 import json
 import os
@@ -21,7 +20,7 @@ import pytest
 from runners.engine import EpochRunner, read_output
 from runners.engine.sources import Generator, write_parquet_file
 from runners.job_spec import JobSpec
-from snapshots_store import Repository
+from snapshots_store import Repository, check_repository
 from tests.engine.jobs import DATA_ENV, SLOW_ENV, aggregate_job, reference_output, write_epochs
 
 pytestmark = pytest.mark.spark

@@ -3,7 +3,6 @@ a complete ordered reflog — on the local backend (flock) and on S3 (conditiona
 
 from __future__ import annotations
 
-from snapshots_store import check_repository
 import itertools
 import multiprocessing
 from collections import defaultdict
@@ -11,7 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from snapshots_store import Repository
+from snapshots_store import Repository, check_repository
 
 from . import workers
 from .helpers import manifest

@@ -3,7 +3,6 @@ gc (grace 0) then removes the debris and nothing reachable; fsck is clean."""
 
 from __future__ import annotations
 
-from snapshots_store import check_repository, collect_garbage
 import random
 import signal
 import subprocess
@@ -12,7 +11,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from snapshots_store import GcReport, Repository
+from snapshots_store import GcReport, Repository, check_repository, collect_garbage
 from snapshots_store.objects import id_from_key
 
 from .helpers import commit_chain

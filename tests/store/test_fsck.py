@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from snapshots_store import check_repository
 from collections.abc import Callable
 
 import pytest
 
-from snapshots_store import CorruptObjectError, Repository
+from snapshots_store import CorruptObjectError, Repository, check_repository
 from snapshots_store.codec import canonical_json
 from snapshots_store.fsck import FsckProblem
 from snapshots_store.objects import encode, object_key

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from snapshots_store import check_repository, collect_garbage
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from snapshots_store import Repository, StoreError
+from snapshots_store import Repository, StoreError, check_repository, collect_garbage
 from snapshots_store.backends import KeyInfo, PrefixedBackend, open_backend
 from snapshots_store.objects import object_key
 

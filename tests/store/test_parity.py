@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from snapshots_store import check_repository, collect_garbage
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -14,6 +13,8 @@ from snapshots_store import (
     ObjectNotFoundError,
     RefConflictError,
     Repository,
+    check_repository,
+    collect_garbage,
     open_backend,
 )
 from snapshots_store.backends import Backend, PrefixedBackend
@@ -91,10 +92,14 @@ def test_gc_and_fsck(any_repo: Repository) -> None:
     ids = commit_chain(any_repo, 3)
     debris = any_repo.put_object("chunk", b"never committed")
     time.sleep(1.1)  # S3 mtimes have one-second resolution
-    report = collect_garbage(any_repo, retention=timedelta(days=1), grace=timedelta(0), dry_run=True)
+    report = collect_garbage(
+        any_repo, retention=timedelta(days=1), grace=timedelta(0), dry_run=True
+    )
     assert [item.object_id for item in report.removed] == [debris]
     assert any_repo.has_object(debris)
-    report = collect_garbage(any_repo, retention=timedelta(days=1), grace=timedelta(0), dry_run=False)
+    report = collect_garbage(
+        any_repo, retention=timedelta(days=1), grace=timedelta(0), dry_run=False
+    )
     assert [item.object_id for item in report.removed] == [debris]
     assert not any_repo.has_object(debris)
     assert check_repository(any_repo).ok

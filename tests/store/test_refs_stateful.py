@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from snapshots_store import check_repository, collect_garbage
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -13,7 +12,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from snapshots_store import RefConflictError, Repository
+from snapshots_store import RefConflictError, Repository, check_repository, collect_garbage
 
 from .helpers import manifest
 
@@ -87,7 +86,9 @@ class RefMachine(RuleBasedStateMachine):
     @rule(retention_hours=st.integers(0, 96))
     def gc(self, retention_hours: int) -> None:
         cutoff = self.now - timedelta(hours=retention_hours)
-        collect_garbage(self.repo, retention=timedelta(hours=retention_hours), grace=timedelta(hours=1))
+        collect_garbage(
+            self.repo, retention=timedelta(hours=retention_hours), grace=timedelta(hours=1)
+        )
         for ref, entries in self.logs.items():
             kept = self.first_kept[ref]
             while kept < len(entries) and entries[kept - 1].at < cutoff:

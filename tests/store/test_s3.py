@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from snapshots_store import check_repository
 import http.client
 import http.server
 import threading
@@ -11,7 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from snapshots_store import Repository, StoreConfigError, open_backend
+from snapshots_store import Repository, StoreConfigError, check_repository, open_backend
 from snapshots_store.backends.s3 import S3Backend
 
 from .helpers import commit_chain, manifest

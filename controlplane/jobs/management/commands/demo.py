@@ -136,8 +136,8 @@ class Command(BaseCommand):
             )
 
     def _start_job(self) -> None:
+        from controlplane.cli.operations import follow
         from controlplane.jobs.selectors import job_get
-        from controlplane.operations.cli import follow
         from controlplane.operations.kinds.common import job_is_running
         from controlplane.operations.services import operation_request
 
@@ -227,8 +227,8 @@ class Command(BaseCommand):
             self._generate(self._files() + 1)
 
     def _shutdown(self, worker: subprocess.Popen[bytes], *, stop_job: bool, quiet: bool) -> None:
+        from controlplane.cli.operations import follow
         from controlplane.jobs.selectors import job_get
-        from controlplane.operations.cli import follow
         from controlplane.operations.kinds.common import job_is_running
         from controlplane.operations.services import operation_request
 
