@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,8 @@ import pytest
 from tests.conftest import require_service
 from tests.e2e.harness import ControlPlane
 
-E2E_REDIS_DB = 5
+#: the Redis database the e2e brokers use (flushed per test): one per checkout running tests
+E2E_REDIS_DB = int(os.environ.get("EPOCHAL_E2E_REDIS_DB", "5"))
 
 
 @pytest.fixture

@@ -88,6 +88,24 @@ class ControlPlane:
             raise AssertionError(f"manage.py {' '.join(args)} exited {proc.returncode}:\n{out}")
         return out
 
+    def epochal(self, *args: str, timeout: float = 600, check: bool = True) -> str:
+        """`.venv/bin/epochal ARGS` as a user runs it: from another directory, no PYTHONPATH."""
+        env = {
+            k: v for k, v in self.env.items() if k not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE")
+        }
+        proc = subprocess.run(
+            [str(ROOT / ".venv" / "bin" / "epochal"), *args],
+            env=env,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        out = proc.stdout + proc.stderr
+        if check and proc.returncode != 0:
+            raise AssertionError(f"epochal {' '.join(args)} exited {proc.returncode}:\n{out}")
+        return out
+
     def start_worker(self, *, crash_at: str | None = None) -> subprocess.Popen[bytes]:
         env = dict(self.env)
         if crash_at:

@@ -1,10 +1,11 @@
 """End to end: start → epochs → live rescale 2→3 → restart rescale 3→1 → rollback → fork →
-migrate to a second store, through the CLI, a real Celery worker on Redis, PostgreSQL and
-real Spark jobs. After every step the job's output equals a failure-free run's over the same
-input, and the lineage index shows the operation's commits with their provenance."""
+migrate to a second store, through the `epochal` command, a real Celery worker on Redis,
+PostgreSQL and real Spark jobs. After every step the job's output equals a failure-free run's
+over the same input, and the lineage index shows the operation's commits with their provenance."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,7 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     plane.start_worker()
 
     # start → epochs commit
-    out = plane.manage("start", "clicks-main", "--reason", "first start")
+    out = plane.epochal("start", "clicks-main", "--reason", "first start")
     assert "start succeeded" in out, out
     plane.wait_caught_up()
     assert branch_output(plane, "main") == reference_output(spark, plane.input_dir, tmp_path / "r1")
@@ -67,11 +68,11 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     assert head.kind == "epoch" and head.parallelism == 2
 
     # live rescale 2 → 3: effective at the next epoch, committed as kind "rescale"
-    plane.manage("rescale", "clicks-main", "-p", "3", "--mode", "live", "--no-wait")
+    plane.epochal("rescale", "clicks-main", "-p", "3", "--mode", "live", "--no-wait")
     live = last_operation("rescale")
     plane.add_input(files=5)
     sid = plane.wait_caught_up()
-    out = plane.manage("operation", str(live.pk))
+    out = plane.epochal("operation", str(live.pk), "--wait")
     assert "rescale succeeded" in out, out
     snapshots = wait_for(lambda: indexed(str(live.pk)), timeout=60, what="live rescale indexed")
     assert any(s.kind == "rescale" and s.parallelism == 3 for s in snapshots)
@@ -79,9 +80,13 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     assert branch_output(plane, "main") == reference_output(spark, plane.input_dir, tmp_path / "r2")
 
     # restart rescale 3 → 1: a metadata-only rescale commit, a new run at parallelism 1
-    out = plane.manage("rescale", "clicks-main", "-p", "1", "--mode", "restart")
+    out = plane.epochal("rescale", "clicks-main", "-p", "1", "--mode", "restart")
     assert "rescale succeeded" in out, out
     restart = last_operation("rescale")
+    # progress moves with the worker's steps: each phase reported, in order, as it ends
+    names = [p["name"] for p in restart.phases]
+    ended = re.findall(r"^  step (\d+)/\d+  (\w+) +succeeded", out, re.MULTILINE)
+    assert [(int(k), name) for k, name in ended] == list(enumerate(names, start=1)), out
     [commit] = indexed(str(restart.pk))
     assert commit.kind == "rescale" and commit.parallelism == 1
     assert commit.provenance["from_parallelism"] == "3"
@@ -93,7 +98,7 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     # rollback to an earlier snapshot: abandoned head tagged, replay gives the same output
     target = sid  # the head after the live rescale
     abandoned, _ = plane.head()
-    out = plane.manage("rollback", "clicks-main", "--to", target[:16], "--reason", "bad deploy")
+    out = plane.epochal("rollback", "clicks-main", "--to", target[:16], "--reason", "bad deploy")
     assert "rollback succeeded" in out, out
     rollback = last_operation("rollback")
     [commit] = indexed(str(rollback.pk))
@@ -105,7 +110,7 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     assert branch_output(plane, "main") == reference_output(spark, plane.input_dir, tmp_path / "r4")
 
     # fork a new version from a snapshot and run it
-    out = plane.manage(
+    out = plane.epochal(
         "fork",
         "--job",
         "clicks-main",
@@ -133,13 +138,13 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     assert branch_output(plane, "experiment") == branch_output(plane, "main")
 
     # migrate to a second store: the other job must stop first (the whole lineage moves)
-    out = plane.manage(
-        "migrate_job", "clicks-main", "--store-url", "file:///nonexistent/x", check=False
+    out = plane.epochal(
+        "migrate", "clicks-main", "--store-url", "file:///nonexistent/x", check=False
     )
     assert "still run on the current store" in out, out
     plane.manage("stop", fork.result["job"])
     second = f"file://{tmp_path / 'second-store'}"
-    out = plane.manage("migrate_job", "clicks-main", "--store-url", second)
+    out = plane.epochal("migrate", "clicks-main", "--store-url", second)
     assert "migrate succeeded" in out, out
     plane.add_input(files=7)
     plane.wait_caught_up(store_url=second)
