@@ -1,7 +1,8 @@
 """Job-web benchmark: ``python -m bench.webs [--quick] [--interval S] [--epochs N]``.
 
 What does epoch alignment add to the latency of a downstream job, in epoch intervals
-(seed 003 §3 reports "a little over one interval" at most and about half on average)?
+(van Kaam's "Epoch alignment in stateful streams" reports "a little over one interval" at most
+and about half on average)?
 
 An upstream job U (a keyed running aggregate over generated Parquet epochs) commits one
 epoch every `interval` seconds: at each tick a new input file arrives and U runs its epoch.

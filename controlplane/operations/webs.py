@@ -114,7 +114,7 @@ def validate_web(extra: Iterable[tuple[str, str]] = ()) -> None:
     if cycle is not None:
         path = " -> ".join(cycle)
         raise InvalidRequest(
-            f"the job web must be acyclic (seed 003: no cycles across jobs), but this would "
+            f"the job web must be acyclic (no cycles across jobs), but this would "
             f"close the cycle {path}; break it by reading from another branch",
             code="web_cycle",
             fields={"upstream_job": [f"closes the cycle {path}"]},

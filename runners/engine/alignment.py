@@ -1,4 +1,5 @@
-"""Epoch alignment of a downstream job to its upstream branch (seed 003 §1.6C-D).
+"""Epoch alignment of a downstream job to its upstream branch
+(van Kaam, "Epoch alignment in stateful streams").
 
 The protocol state lives where live operations reach a running job: the downstream branch's
 control document, key ``alignment``. The control plane (the ``align`` operation) writes

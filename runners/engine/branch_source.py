@@ -41,7 +41,8 @@ EPOCH_PARTITION = "epoch"
 SNAPSHOT_PARTITION = "snapshot"
 INPUTS = "inputs"
 ALIGNMENT = "alignment"
-#: alignment states of a downstream source (seed 003, §1.6D)
+#: alignment states of a downstream source
+#: (van Kaam, "Epoch alignment in stateful streams")
 ALIGNMENT_STATES = ("unaligned", "catching_up", "ready", "aligned")
 
 

@@ -1,5 +1,5 @@
 """Hot-swap: replace a running job by a new version at a swap epoch S, exactly once
-(seed 003 §1.6E; see docs/webs.md).
+(van Kaam, "Epoch alignment in stateful streams"; see docs/webs.md).
 
 The new job N runs beside the old job O with the same epoch boundaries (N is a fork of O —
 the fork keeps O's epoch numbers and offsets — reading the same input, in aligned mode when

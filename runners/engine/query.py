@@ -3,12 +3,11 @@ snapshot, straight from the store through the chunk cache (see docs/webs.md).
 
 A committed snapshot never changes (its manifest and chunks are immutable, named by their
 hashes), so a query at a snapshot — or at a committed epoch of a branch, which names one
-snapshot — always gives the same answer (seed 003 §1.6F: queries made idempotent by running
-them in the context of an epoch). A query for an epoch the branch has not committed yet
-waits up to `timeout` seconds for it and then answers "pending", never with partial state.
-A cross-job query "as of my epoch m" is translated through the mapping the downstream's
-manifests record (`branch_source.upstream_epoch_at`).
-"""
+snapshot — always gives the same answer (queries made idempotent by running them in the context
+of an epoch, as in van Kaam, "Epoch alignment in stateful streams"). A query for an epoch the
+branch has not committed yet waits up to `timeout` seconds for it and then answers "pending",
+never with partial state. A cross-job query "as of my epoch m" is translated through the mapping
+the downstream's manifests record (`branch_source.upstream_epoch_at`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """REST endpoints of job webs: state at a snapshot / epoch (pending -> 202), the cross-job
-"as of my epoch" query, and the epoch mapping (issue 7)."""
+"as of my epoch" query, and the epoch mapping."""
 
 from __future__ import annotations
 

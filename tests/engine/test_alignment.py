@@ -1,4 +1,4 @@
-"""Aligned mode (seed 003 §4, 5 and 8-12): unaligned -> catching_up -> ready -> aligned and
+"""Aligned mode (docs/webs.md): unaligned -> catching_up -> ready -> aligned and
 abort, driven through the downstream's control document, on real Spark runs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Branch outputs as sources (issue 7, seed 003 §4): a downstream epoch reads exactly the
+"""Branch outputs as sources (docs/webs.md): a downstream epoch reads exactly the
 records of the upstream commits it maps to; nothing uncommitted, nothing twice; racing
 commits leave one mapping; an upstream crash stalls the downstream, which resumes without
 duplicates; an upstream rollback invalidates the mapping after the rollback point and the

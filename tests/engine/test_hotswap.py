@@ -1,4 +1,4 @@
-"""Hot-swap at epoch S (seed 003 §4, 17-18): every epoch's results reach the output from
+"""Hot-swap at epoch S (docs/webs.md): every epoch's results reach the output from
 exactly one job — the old one up to S, the new one after — also when either job crashes
 between the two steps of the swap commit (in-process restarts, and SIGKILL of the job
 process at the engine's crash points)."""

@@ -1,4 +1,4 @@
-"""Queryable state at any epoch (issue 7; seed 003 §4, 21-22): a query at a committed epoch
+"""Queryable state at any epoch (docs/webs.md): a query at a committed epoch
 always returns the same answer; an epoch not committed yet is "pending" (after waiting),
 never partial; a cross-job query at "my epoch m" reflects exactly the mapped upstream epoch."""
 

@@ -1,4 +1,4 @@
-"""The align operation coordinates seed 003's protocol through the control document while the
+"""The align operation coordinates the alignment protocol through the control document while the
 jobs run (real Spark epochs in a thread); the web is validated (cycles refused, naming the
 cycle) and shows alignment state, lag and the lag alarm."""
 

@@ -1,4 +1,4 @@
-"""Job webs over REST (issue 7): state at any epoch, the cross-job epoch mapping, the web.
+"""Job webs over REST: state at any epoch, the cross-job epoch mapping, the web.
 
 - ``GET /api/applications/{name}/state/`` — the state of a key (``key``, repeat it for a
   key of several columns; ``key_type=int`` for integer keys), a key group page

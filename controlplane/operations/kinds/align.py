@@ -1,4 +1,5 @@
-"""align: put a downstream job in aligned mode to its upstream job (seed 003 §1.6D).
+"""align: put a downstream job in aligned mode to its upstream job
+(van Kaam, "Epoch alignment in stateful streams").
 
 The control plane is the alignment coordinator: it writes commands into the downstream
 branch's control document (`runners.engine.alignment`) and watches the sync state the store

@@ -1,4 +1,4 @@
-"""Operation kinds align and hotswap (job webs, issue 7)."""
+"""Operation kinds align and hotswap (job webs)."""
 
 from django.db import migrations, models
 
