@@ -75,35 +75,46 @@ class ControlPlane:
     # -- processes ----------------------------------------------------------------------------
 
     def manage(self, *args: str, timeout: float = 600, check: bool = True) -> str:
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "manage.py"), *args],
-            env=self.env,
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
+        return self._command(
+            [sys.executable, str(ROOT / "manage.py")],
+            args,
+            self.env,
+            ROOT,
             timeout=timeout,
+            check=check,
         )
-        out = proc.stdout + proc.stderr
-        if check and proc.returncode != 0:
-            raise AssertionError(f"manage.py {' '.join(args)} exited {proc.returncode}:\n{out}")
-        return out
 
     def epochal(self, *args: str, timeout: float = 600, check: bool = True) -> str:
         """`.venv/bin/epochal ARGS` as a user runs it: from another directory, no PYTHONPATH."""
         env = {
             k: v for k, v in self.env.items() if k not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE")
         }
-        proc = subprocess.run(
-            [str(ROOT / ".venv" / "bin" / "epochal"), *args],
-            env=env,
-            cwd=self.tmp,
-            capture_output=True,
-            text=True,
+        return self._command(
+            [str(ROOT / ".venv" / "bin" / "epochal")],
+            args,
+            env,
+            self.tmp,
             timeout=timeout,
+            check=check,
+        )
+
+    @staticmethod
+    def _command(
+        command: list[str],
+        args: tuple[str, ...],
+        env: dict[str, str],
+        cwd: Path,
+        *,
+        timeout: float,
+        check: bool,
+    ) -> str:
+        proc = subprocess.run(
+            [*command, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
         )
         out = proc.stdout + proc.stderr
         if check and proc.returncode != 0:
-            raise AssertionError(f"epochal {' '.join(args)} exited {proc.returncode}:\n{out}")
+            name = Path(command[-1]).name
+            raise AssertionError(f"{name} {' '.join(args)} exited {proc.returncode}:\n{out}")
         return out
 
     def start_worker(self, *, crash_at: str | None = None) -> subprocess.Popen[bytes]:
