@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 from typing import Any, TextIO
 
+from controlplane.errors import EpochalError
+
 
 class CliError(Exception):
     """A refused command: `message` says what is wrong and what to do; `status` is the exit code."""
@@ -14,6 +16,11 @@ class CliError(Exception):
         super().__init__(message)
         self.message = message
         self.status = status
+
+
+def refusal(exc: EpochalError) -> str:
+    """A domain error as one line: its message, then the fields it names."""
+    return f"{exc.message} {exc.fields}" if exc.fields else exc.message
 
 
 class Console:

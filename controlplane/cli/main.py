@@ -12,8 +12,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from controlplane.cli.console import CliError, Console
+from controlplane.cli.console import CliError, Console, refusal
 from controlplane.cli.verb import Verb
+from controlplane.errors import EpochalError
 
 
 def verbs() -> tuple[Verb, ...]:
@@ -71,8 +72,6 @@ def setup_django() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one verb; returns the exit status."""
-    from controlplane.errors import EpochalError
-
     setup_django()
     args = build_parser().parse_args(argv)
     console = Console(sys.stdout, sys.stderr, as_json=bool(getattr(args, "json", False)))
@@ -82,8 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"epochal {args.verb}: {exc.message}\n")
         return exc.status
     except EpochalError as exc:
-        fields = f" {exc.fields}" if getattr(exc, "fields", None) else ""
-        sys.stderr.write(f"epochal {args.verb}: {exc.message}{fields}\n")
+        sys.stderr.write(f"epochal {args.verb}: {refusal(exc)}\n")
         return 1
     except BrokenPipeError:
         return 0

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from controlplane.cli.console import CliError, Console
+from controlplane.cli.console import CliError, Console, refusal
 from controlplane.cli.main import add_verb_arguments, verb_named
 from controlplane.errors import EpochalError
 
@@ -29,7 +29,7 @@ def verb_command(name: str) -> type[BaseCommand]:
             except CliError as exc:
                 raise CommandError(exc.message, returncode=exc.status) from None
             except EpochalError as exc:
-                raise CommandError(exc.message) from None
+                raise CommandError(refusal(exc)) from None
             if status:
                 raise CommandError(f"{verb.name} exited with status {status}", returncode=status)
 
