@@ -116,11 +116,13 @@ class DatabaseCollector(Collector):
                     "AND kind IN ('epoch', 'rescale') ORDER BY id DESC LIMIT %s",
                     [app_id, window],
                 )
-                values = sorted(_process_s(row[0]) for row in cursor.fetchall())
-            found = [v for v in values if v is not None]
+                # commits without timing (a restart rescale's metadata-only commit) have none
+                found = sorted(
+                    v for v in (_process_s(row[0]) for row in cursor.fetchall()) if v is not None
+                )
             size.add_metric([name], len(found))
             for q in QUANTILES if found else ():
-                latency.add_metric([name, str(q)], _quantile(found, q))  # type: ignore[arg-type]
+                latency.add_metric([name, str(q)], _quantile(found, q))
         yield latency
         yield size
 
@@ -159,7 +161,7 @@ class DatabaseCollector(Collector):
         yield histogram
 
 
-def _process_s(raw: Any) -> Any:
+def _process_s(raw: Any) -> float | None:
     stats = json.loads(raw) if isinstance(raw, str | bytes) else raw
     value = stats.get("process_s") if isinstance(stats, dict) else None
     return float(value) if isinstance(value, int | float) else None

@@ -83,3 +83,33 @@ def test_metrics_need_the_bearer_token_or_a_login(
     assert scraper.get("/metrics").status_code == 200
     entry = AuditEntry.objects.filter(target="/metrics", status_code=200).get()
     assert entry.detail["actor"] == "metrics-token"
+
+
+def test_metrics_answer_after_a_commit_without_timing(lineage: Lineage, client_for: Client) -> None:
+    """A restart rescale commits metadata only: its manifest has no `process_s`. The scrape
+    still answers, and the latency quantiles are over the timed commits alone."""
+    from controlplane.lineage.services import reindex_application
+    from snapshots_store import Manifest
+
+    head = lineage.repo.read_manifest(lineage.main[-1])
+    untimed = Manifest(
+        branch="main",
+        epoch=head.epoch,
+        parents=(lineage.main[-1],),
+        max_parallelism=head.max_parallelism,
+        parallelism=3,
+        kind="rescale",
+        offsets=head.offsets,
+        key_groups=head.key_groups,
+        stats={},
+        provenance={"from_parallelism": "2"},
+    )
+    lineage.repo.commit(untimed, "main", expected_head=lineage.main[-1], reason="rescale 2->3")
+    reindex_application(application=lineage.application, repo=lineage.repo)
+
+    response = client_for("viewer").get("/metrics")
+    assert response.status_code == 200, response.content[:500]
+    got = samples(response.content.decode())
+    app = ("application", "clicks")
+    assert got[("epochal_commit_latency_window", (app,))] == 5  # the rescale commit has no timing
+    assert got[("epochal_commit_latency_seconds", (app, ("quantile", "0.5")))] == 0.4

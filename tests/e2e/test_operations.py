@@ -1,7 +1,8 @@
-"""End to end: start → epochs → live rescale 2→3 → restart rescale 3→1 → rollback → fork →
-migrate to a second store, through the `epochal` command, a real Celery worker on Redis,
-PostgreSQL and real Spark jobs. After every step the job's output equals a failure-free run's
-over the same input, and the lineage index shows the operation's commits with their provenance."""
+"""End to end: start → epochs → live rescale 2→3 → restart rescale 3→1 → savepoint → rollback →
+fork → migrate to a second store → stop, through the `epochal` command, a real Celery worker on
+Redis, PostgreSQL and real Spark jobs. After every step the job's output equals a failure-free run's
+over the same input, the lineage index shows the operation's commits with their provenance, and
+`GET /metrics` answers after every operation kind."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import NAMESPACE, ControlPlane, output_rows, wait_for
+from tests.scrape import scrape_metrics
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -66,6 +68,7 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     assert branch_output(plane, "main") == reference_output(spark, plane.input_dir, tmp_path / "r1")
     _, head = plane.head()
     assert head.kind == "epoch" and head.parallelism == 2
+    scrape_metrics("start")
 
     # live rescale 2 → 3: effective at the next epoch, committed as kind "rescale"
     plane.epochal("rescale", "clicks-main", "-p", "3", "--mode", "live", "--no-wait")
@@ -77,6 +80,7 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     snapshots = wait_for(lambda: indexed(str(live.pk)), timeout=60, what="live rescale indexed")
     assert any(s.kind == "rescale" and s.parallelism == 3 for s in snapshots)
     assert plane.head()[1].parallelism == 3
+    scrape_metrics("rescale")
     assert branch_output(plane, "main") == reference_output(spark, plane.input_dir, tmp_path / "r2")
 
     # restart rescale 3 → 1: a metadata-only rescale commit, a new run at parallelism 1
@@ -91,9 +95,16 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     assert commit.kind == "rescale" and commit.parallelism == 1
     assert commit.provenance["from_parallelism"] == "3"
     assert len(live_runs("clicks-main")) == 1 and live_runs("clicks-main")[0].parallelism == 1
+    scrape_metrics("rescale")  # the restart rescale's commit has no epoch timing
     plane.add_input(files=6)
     plane.wait_caught_up()
     assert branch_output(plane, "main") == reference_output(spark, plane.input_dir, tmp_path / "r3")
+
+    # savepoint: a tag at the head
+    out = plane.epochal("savepoint", "clicks-main", "--name", "before-rollback")
+    assert "savepoint succeeded" in out, out
+    assert plane.repo().read_ref("tags/before-rollback").target == plane.head()[0]
+    scrape_metrics("savepoint")
 
     # rollback to an earlier snapshot: abandoned head tagged, replay gives the same output
     target = sid  # the head after the live rescale
@@ -108,6 +119,7 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     assert plane.repo().read_ref(f"tags/{rollback.result['abandoned_tag']}").target == abandoned
     plane.wait_caught_up()
     assert branch_output(plane, "main") == reference_output(spark, plane.input_dir, tmp_path / "r4")
+    scrape_metrics("rollback")
 
     # fork a new version from a snapshot and run it
     out = plane.epochal(
@@ -136,6 +148,7 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     assert version.source_snapshot_id == target and version.code_version == "2"
     plane.wait_caught_up("experiment")
     assert branch_output(plane, "experiment") == branch_output(plane, "main")
+    scrape_metrics("fork")
 
     # migrate to a second store: the other job must stop first (the whole lineage moves)
     out = plane.epochal(
@@ -160,5 +173,7 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
         what="the index to follow the second store",
     )
     assert len(live_runs("clicks-main")) == 1
+    scrape_metrics("migrate")
     plane.manage("stop", "clicks-main")
     assert live_runs("clicks-main") == []
+    scrape_metrics("stop")

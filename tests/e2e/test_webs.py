@@ -17,6 +17,7 @@ from runners.engine import read_output
 from runners.engine.branch_source import epoch_mapping, upstream_epochs
 from snapshots_store import Repository
 from tests.e2e.harness import ControlPlane, wait_for
+from tests.scrape import scrape_metrics
 
 pytestmark = [pytest.mark.services, pytest.mark.spark]
 
@@ -54,6 +55,7 @@ def test_align_a_running_downstream_job(control_plane: ControlPlane, settings: A
         feeder.join()
     op = Operation.objects.get(kind="align")
     assert op.state == "succeeded", (out, op.error_message, plane.worker_log()[-3000:])
+    scrape_metrics("align")
     start = op.result["aligned"]["from_epoch"]
     up = Repository.open(plane.store_url, "clicks")
     down = Repository.open(plane.store_url, "totals")

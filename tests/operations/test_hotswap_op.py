@@ -24,6 +24,7 @@ from runners.engine.hotswap import SwapSide, swap_output
 from runners.engine.state_ops import new_branch_commit
 from snapshots_store import Repository
 from tests.engine.jobs import aggregate_job, write_epochs
+from tests.scrape import scrape_metrics
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 
@@ -83,6 +84,7 @@ def test_hotswap_operation_swaps_at_s(pair: dict[str, Any]) -> None:
     assert outcome == "succeeded", (op.error_code, op.error_message)
     s = op.result["swap_epoch"]
     assert s == 5 and op.result["swapped"]
+    scrape_metrics("hotswap")
     out = swap_output(
         SwapSide(pair["store"], "app", "main"), SwapSide(pair["store"], "app", "v2")
     ).to_pandas()
