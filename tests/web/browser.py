@@ -22,6 +22,11 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / "var" / "artifacts" / "screenshots"
 LOCAL_HOSTS = {"localhost", "127.0.0.1", "::1", "[::1]"}
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+#: the page is complete and htmx, if the page loads it, has run
+PAGE_READY = (
+    "document.readyState === 'complete' && "
+    "(typeof window.htmx !== 'undefined' || !document.querySelector('script[src*=htmx]'))"
+)
 
 
 @dataclass
@@ -34,17 +39,32 @@ class Watched:
     console_errors: list[str] = field(default_factory=list)
     external_requests: list[str] = field(default_factory=list)
 
-    def go(self, path: str) -> Any:
-        response = self.page.goto(self.base_url + path)
+    def ready(self) -> None:
+        """Wait until the current page's scripts ran: its `load` event fired (deferred scripts
+        such as htmx executed and attached their listeners on DOMContentLoaded before it) and
+        htmx, when the page includes it, is defined. Every step after a navigation goes
+        through here: filling a field before htmx listens sends no request."""
         self.page.wait_for_load_state("load")
+        self.page.wait_for_function(PAGE_READY)
+
+    def go(self, path: str) -> Any:
+        """Navigate to `path` on the live server; the response, once the page is ready."""
+        response = self.page.goto(self.base_url + path, wait_until="load")
+        self.ready()
         return response
+
+    def follow(self, selector: str, *, url: Any = None) -> None:
+        """Click a link or submit button that navigates (to `url`, a string or pattern, when
+        given: e.g. the page a POST redirects to) and wait until the new page is ready."""
+        with self.page.expect_navigation(url=url, wait_until="load"):
+            self.page.click(selector)
+        self.ready()
 
     def login(self, username: str, password: str) -> None:
         self.go("/login/")
         self.page.fill("input[name=username]", username)
         self.page.fill("input[name=password]", password)
-        self.page.click("button[type=submit]")
-        self.page.wait_for_url(self.base_url + "/")
+        self.follow("button[type=submit]", url=self.base_url + "/")
 
     def screenshot(self, name: str, *, full_page: bool = True) -> Path:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from tests.web.conftest import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.spark]
 SLOW = 300_000  # ms: a Spark run starting or restarting on a busy 2-core machine
+OPERATION_PAGE = re.compile(r"/jobs/clicks-main/\?operation=")  # where a job action redirects
 # A Redis database of our own: the e2e suite's (5) may be in use by another run at the same time,
 # and a worker there would take our tasks.
 DASHBOARD_REDIS_DB = 9
@@ -122,9 +123,8 @@ def test_dashboard_drives_a_running_job(
 
         # start from the UI, then watch epochs commit without reloading the page
         admin.go("/jobs/clicks-main/")
-        page.click("[data-testid=actions] >> text=Start")
-        page.click("[data-testid=confirm]")
-        page.wait_for_url(re.compile(r"/jobs/clicks-main/\?operation="))
+        admin.follow("[data-testid=actions] >> text=Start")
+        admin.follow("[data-testid=confirm]", url=OPERATION_PAGE)
         page.wait_for_function(
             "/^\\d+$/.test(document.querySelector('#job-status [data-testid=epoch]')"
             ".textContent.trim())",
@@ -139,13 +139,12 @@ def test_dashboard_drives_a_running_job(
         admin.screenshot("job")
 
         # rescale 2 -> 3: the key-group moves first, then the operation, then the new allocation
-        page.click("[data-testid=actions] >> text=Rescale")
+        admin.follow("[data-testid=actions] >> text=Rescale")
         page.fill("#id_parallelism", "3")
         page.wait_for_selector("[data-testid=moves-summary]")
         assert "of 128 key groups change task" in page.inner_text("[data-testid=moves-summary]")
         admin.screenshot("rescale")
-        page.click("[data-testid=confirm]")
-        page.wait_for_url(re.compile(r"/jobs/clicks-main/\?operation="))
+        admin.follow("[data-testid=confirm]", url=OPERATION_PAGE)
         last_operation(admin, "rescale")
         page.wait_for_function(
             "document.getElementById('chart-allocation').data.length === 3", timeout=SLOW
@@ -166,24 +165,23 @@ def test_dashboard_drives_a_running_job(
         admin.go("/applications/clicks/lineage/?branch=main")
         page.click(f".graph-row[data-snapshot='{target}'] a.snap")
         page.wait_for_selector(f"[data-testid=snapshot-detail][data-snapshot='{target}']")
-        page.click("text=Roll back clicks-main here")
+        admin.follow("text=Roll back clicks-main here")
         page.wait_for_selector("[data-testid=abandoned]")
         assert "This abandons" in page.inner_text("[data-testid=abandoned]")
         admin.screenshot("rollback")
-        page.click("[data-testid=confirm]")
-        page.wait_for_url(re.compile(r"/jobs/clicks-main/\?operation="))
+        admin.follow("[data-testid=confirm]", url=OPERATION_PAGE)
         last_operation(admin, "rollback")
 
         # fork a new version from that snapshot
         admin.go(f"/applications/clicks/lineage/?at={target}")
-        page.click("[data-testid=snapshot-actions] >> text=Fork from here")
+        admin.follow("[data-testid=snapshot-actions] >> text=Fork from here")
         page.fill("#id_branch", "experiment")
         page.fill("#id_code_version", "2")
         page.fill("#id_reason", "try v2")
-        page.click("[data-testid=confirm]")
+        admin.follow("[data-testid=confirm]")
         page.wait_for_selector("[data-testid=operation][data-state=succeeded]", timeout=SLOW)
         admin.screenshot("operation")
-        page.click("[data-testid=operation-result] >> text=v2")
+        admin.follow("[data-testid=operation-result] >> text=v2")
         assert "try v2" in page.inner_text("[data-testid=version]")
         admin.screenshot("version")
 
@@ -225,8 +223,8 @@ def test_dashboard_drives_a_running_job(
         admin.screenshot("job-history")
 
         # stop from the UI; the overview shows both jobs
-        page.click("[data-testid=actions] >> text=Stop")
-        page.click("[data-testid=confirm]")
+        admin.follow("[data-testid=actions] >> text=Stop")
+        admin.follow("[data-testid=confirm]", url=OPERATION_PAGE)
         last_operation(admin, "stop")
         admin.go("/")
         assert page.locator("[data-job=clicks-main]").count() == 1
