@@ -10,7 +10,9 @@ no new data; with it, it keeps polling the source (a long-running service). Eith
 stops at an epoch boundary on a stop request for its run (`$EPOCHAL_RUN_ID`) in the branch's
 control document, on `stop_after_epoch`, and on SIGTERM / SIGINT: a signal abandons an epoch
 whose Spark job is still running (nothing is committed; the CAS is the only commit point)
-and the process exits 0 after a final `{"event": "stopped", "reason": …}` line.
+and the process exits 0 after a final `{"event": "stopped", "reason": …}` line. A log
+source whose retention deleted records the job has not read stops it with exit status 3 and
+the reason ``data lost: …`` naming them.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from runners.engine.job import Job
 from runners.engine.runner import EpochRunner
 from runners.engine.session import build_spark_session
+from runners.engine.streams import SourceDataLostError
 from snapshots_store import Repository
 
 
@@ -124,7 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         if announced == count:  # once per epoch, not per poll
             announced = count + 1
             print(json.dumps({"event": "epoch_start", "n": announced}), flush=True)
-        result = runner.run_epoch()
+        try:
+            result = runner.run_epoch()
+        except SourceDataLostError as exc:  # retention deleted records the job still needs
+            print(json.dumps({"event": "stopped", "reason": f"data lost: {exc}"}), flush=True)
+            with contextlib.suppress(Exception):
+                spark.stop()
+            return 3
         if result is None:
             if runner.should_wait(follow=args.follow):
                 runner.wait(runner.poll_interval_s)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -196,6 +196,44 @@ def _coerce(value: Any, kind: pa.DataType) -> Any:
     raise ValueError(f"expected {kind}, got {type(value).__name__} {value!r}")
 
 
+def decode_json_records(
+    records: Iterable[tuple[int, bytes]],
+    schema: Mapping[str, str],
+    required: Sequence[str],
+    source: str,
+    partition: str,
+) -> SplitData:
+    """JSON objects `(offset, bytes)` as an Arrow table with the columns of `schema` (field ->
+    string, int64, float64, bool); a record that is not a JSON object, lacks a `required`
+    field or has a wrongly typed field becomes a dead letter at its offset."""
+    types = {k: _JSON_TYPES[v] for k, v in schema.items()}
+    must = set(required)
+    columns: dict[str, list[Any]] = {k: [] for k in types}
+    dead: list[DeadLetter] = []
+    for offset, raw in records:
+        try:
+            record = json.loads(raw)
+            if not isinstance(record, dict):
+                raise ValueError("a record must be a JSON object")
+            row = {}
+            for k, kind in types.items():
+                value = record.get(k)
+                if value is None and k in must:
+                    raise ValueError(f"missing field {k!r}")
+                try:
+                    row[k] = _coerce(value, kind)
+                except ValueError as exc:
+                    raise ValueError(f"field {k!r}: {exc}") from None
+        except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+            text = raw.decode("utf-8", "replace")
+            dead.append(DeadLetter(source, partition, offset, str(exc), text))
+            continue
+        for k, v in row.items():
+            columns[k].append(v)
+    table = pa.table({k: pa.array(v, type=types[k]) for k, v in columns.items()})
+    return SplitData(table, dead)
+
+
 @dataclass
 class JsonLinesDirectory:
     """An append-only directory of JSON-lines files; partition = file name, offset = bytes read.
@@ -242,36 +280,14 @@ class JsonLinesDirectory:
         with open(split.locator, "rb") as fh:
             fh.seek(split.start)
             data = fh.read(split.end - split.start)
-        types = {k: _JSON_TYPES[v] for k, v in self.schema.items()}
-        must = set(self.required) | set(required)
-        columns: dict[str, list[Any]] = {k: [] for k in types}
-        dead: list[DeadLetter] = []
+        lines: list[tuple[int, bytes]] = []
         pos = split.start
         for line in data.split(b"\n")[:-1]:
             offset, pos = pos, pos + len(line) + 1
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-                if not isinstance(record, dict):
-                    raise ValueError("a record must be a JSON object")
-                row = {}
-                for k, kind in types.items():
-                    value = record.get(k)
-                    if value is None and k in must:
-                        raise ValueError(f"missing field {k!r}")
-                    try:
-                        row[k] = _coerce(value, kind)
-                    except ValueError as exc:
-                        raise ValueError(f"field {k!r}: {exc}") from None
-            except ValueError as exc:  # json.JSONDecodeError is a ValueError
-                raw = line.decode("utf-8", "replace")
-                dead.append(DeadLetter(split.source, split.partition, offset, str(exc), raw))
-                continue
-            for k, v in row.items():
-                columns[k].append(v)
-        table = pa.table({k: pa.array(v, type=types[k]) for k, v in columns.items()})
-        return SplitData(table, dead)
+            if line.strip():
+                lines.append((offset, line))
+        must = (*self.required, *required)
+        return decode_json_records(lines, self.schema, must, split.source, split.partition)
 
     def retained(self, offsets: Mapping[str, int]) -> str | None:
         def size(file: str) -> int:
