@@ -26,6 +26,7 @@ import http.client
 import json
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -337,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     os.environ["DJANGO_DEBUG"] = "false"
+    # Outside debug the server needs a secret key; a fresh one per run, as a deployment has.
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
     base_url = os.environ.get("DATABASE_URL", "")
     if not base_url:
         log("DATABASE_URL is not set: using a scratch SQLite file (PostgreSQL is the target)")

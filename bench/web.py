@@ -25,6 +25,7 @@ import gc
 import json
 import os
 import random
+import secrets
 import shutil
 import sys
 import tempfile
@@ -240,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     os.environ.setdefault("DJANGO_DEBUG", "false")  # no query log, as in production
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))  # as a deployment has
     import django
 
     django.setup()

@@ -31,6 +31,53 @@ def env_bool(name: str, default: bool) -> bool:
     raise ValueError(f"{name}={raw!r} is not a boolean: use true or false")
 
 
+DEVELOPMENT_SECRET_KEY = "epochal-insecure-development-key-change-me"
+SECRET_KEY_MISSING = (
+    "DJANGO_SECRET_KEY is not set and DJANGO_DEBUG is off: the server will not start with a "
+    "key anyone can read. Set DJANGO_SECRET_KEY to a long random value (e.g. the output of "
+    "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`), or set DJANGO_DEBUG=true "
+    "for local development only."
+)
+
+
+def env_int(name: str, default: int) -> int:
+    raw = env(name, str(default))
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not an integer") from None
+
+
+def secret_key(*, debug: bool) -> str:
+    """DJANGO_SECRET_KEY; the committed development key only in debug, else "" (which Django
+    refuses to use, and which `controlplane.deployment` reports before the server starts)."""
+    value = env("DJANGO_SECRET_KEY", "")
+    if value and (debug or value != DEVELOPMENT_SECRET_KEY):
+        return value
+    return DEVELOPMENT_SECRET_KEY if debug else ""
+
+
+def cache_url() -> str:
+    """CACHE_URL: `redis://…` shares login lockouts and throttles between processes and
+    replicas; the default `locmem://` keeps them per process (one-process deployments)."""
+    value = env("CACHE_URL", "locmem://")
+    if not value.startswith(("redis://", "rediss://", "unix://", "locmem://")):
+        raise ValueError(f"CACHE_URL={value!r} is not supported: use redis://… or locmem://")
+    return value
+
+
+def cache_backend(url: str) -> dict[str, object]:
+    """Django's CACHES entry for `url`."""
+    if url.startswith("locmem://"):
+        return {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "epochal"}
+    return {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": url,
+        "KEY_PREFIX": "epochal",
+        "TIMEOUT": 3600,
+    }
+
+
 def database_url() -> str:
     return env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'epochal.sqlite3'}")
 

@@ -10,8 +10,10 @@ BASE_DIR = config.BASE_DIR
 VAR_DIR = config.VAR_DIR
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = config.env("DJANGO_SECRET_KEY", "epochal-insecure-development-key-change-me")
-DEBUG = config.env_bool("DJANGO_DEBUG", True)
+# Production by default: debug only where asked for (bin/demo, the tests); outside debug the
+# server refuses to start without DJANGO_SECRET_KEY (controlplane/deployment.py, wsgi.py).
+DEBUG = config.env_bool("DJANGO_DEBUG", False)
+SECRET_KEY = config.secret_key(debug=DEBUG)
 ALLOWED_HOSTS = [
     host
     for host in config.env("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",")
@@ -51,6 +53,26 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
+
+# TLS deployments (behind an Ingress that terminates TLS): DJANGO_HTTPS=true turns on secure
+# cookies, HSTS and the redirect to https; each can be tuned on its own.
+HTTPS = config.env_bool("DJANGO_HTTPS", False)
+SESSION_COOKIE_SECURE = config.env_bool("DJANGO_SESSION_COOKIE_SECURE", HTTPS)
+CSRF_COOKIE_SECURE = config.env_bool("DJANGO_CSRF_COOKIE_SECURE", HTTPS)
+SECURE_SSL_REDIRECT = config.env_bool("DJANGO_SECURE_SSL_REDIRECT", HTTPS)
+# Probes and the Prometheus scraper talk plain http inside the cluster.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = config.env_int("DJANGO_HSTS_SECONDS", 31536000 if HTTPS else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = config.env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
+SECURE_HSTS_PRELOAD = config.env_bool("DJANGO_HSTS_PRELOAD", HTTPS)
+if config.env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", HTTPS):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_AGE = config.env_int("DJANGO_SESSION_AGE_S", 12 * 3600)
+X_FRAME_OPTIONS = "DENY"
+
+# Shared by every process when CACHE_URL is redis://…: login lockouts and API throttles.
+CACHES = {"default": config.cache_backend(config.cache_url())}
 
 ROOT_URLCONF = "controlplane.urls"
 WSGI_APPLICATION = "controlplane.wsgi.application"

@@ -1,4 +1,4 @@
-"""WSGI entry point (gunicorn controlplane.wsgi)."""
+"""WSGI entry point (gunicorn controlplane.wsgi): refuses to load on unsafe settings."""
 
 import os
 
@@ -6,3 +6,7 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 application = get_wsgi_application()
+
+from controlplane.deployment import refuse_unsafe_start  # noqa: E402  (needs Django set up)
+
+refuse_unsafe_start()

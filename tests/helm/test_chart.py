@@ -145,6 +145,7 @@ def test_settings_make_the_control_plane_launch_on_kubernetes(
     assert set(secrets["epochal-settings"]["stringData"]) == {
         "DATABASE_URL",
         "CELERY_BROKER_URL",
+        "CACHE_URL",
         "DJANGO_SECRET_KEY",
     }
     assert len(secrets["epochal-settings"]["stringData"]["DJANGO_SECRET_KEY"]) == 50
