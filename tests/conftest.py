@@ -43,6 +43,18 @@ def redis_url() -> str:
     return url
 
 
+@pytest.fixture(scope="session")
+def rabbitmq_stream_url() -> str:
+    """The RabbitMQ stream protocol endpoint (the rabbitmq_stream plugin, port 5552)."""
+    url = os.environ.get("RABBITMQ_STREAM_URL", "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F")
+    require_service(
+        "RabbitMQ Streams",
+        _port_open("127.0.0.1", 5552),
+        f"run `rabbitmq-plugins enable rabbitmq_stream` or set RABBITMQ_STREAM_URL ({url})",
+    )
+    return url
+
+
 @pytest.fixture
 def postgresql_db(db: Any) -> None:
     """The Django test database, which must be PostgreSQL (set DATABASE_URL=postgres://…)."""
