@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "controlplane.jobs",
     "controlplane.operations",
     "controlplane.audit",
+    "controlplane.autoscaler",
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
@@ -154,6 +155,10 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {
         "task": "epochal.reconcile",
         "schedule": float(config.env("EPOCHAL_RECONCILE_INTERVAL_S", "5")),
+    },
+    "autoscale": {
+        "task": "epochal.autoscale",
+        "schedule": float(config.env("EPOCHAL_AUTOSCALE_INTERVAL_S", "5")),
     },
     "collect-garbage": {
         "task": "epochal.collect_garbage",

@@ -5,7 +5,17 @@ from __future__ import annotations
 from django.urls import path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from controlplane.api.views import applications, audit, jobs, lineage, operations, root, users, webs
+from controlplane.api.views import (
+    applications,
+    audit,
+    autoscaler,
+    jobs,
+    lineage,
+    operations,
+    root,
+    users,
+    webs,
+)
 
 app_name = "api"
 
@@ -59,6 +69,11 @@ urlpatterns = [
     path("jobs/<str:name>/", jobs.JobDetailView.as_view(), name="job-detail"),
     path("jobs/<str:name>/runs/", jobs.JobRunListView.as_view(), name="job-runs"),
     path("jobs/<str:name>/logs/", jobs.JobLogsView.as_view(), name="job-logs"),
+    path(
+        "jobs/<str:name>/autoscaler/",
+        autoscaler.JobAutoscalerView.as_view(),
+        name="job-autoscaler",
+    ),
     path(
         "jobs/<str:name>/operations/",
         operations.JobOperationRequestView.as_view(),

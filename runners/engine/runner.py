@@ -228,7 +228,13 @@ class EpochRunner:
             "splits": len(splits),
             "map_s": round(max(r.map_s for r in results), 6),
             "reduce_s": round(max(r.reduce_s for r in results), 6),
+            # busy time per task (the autoscaler's true processing rate: records / busy_s)
+            "busy_s": round(sum(r.busy_s for r in results), 6),
+            "busy_max_s": round(max(r.busy_s for r in results), 6),
         }
+        backlog = _backlog(source, offsets[source.name])
+        if backlog is not None:
+            stats["backlog_epochs"] = backlog
         commit_started = time.perf_counter()
         stats["process_s"] = round(commit_started - started, 6)
         operation_id = _new_operation(control, parent)
@@ -421,6 +427,20 @@ def _new_operation(control: dict[str, Any], parent: Manifest | None) -> str | No
         ):
             return None
     return op
+
+
+def _backlog(source: Any, offsets: dict[str, int]) -> int | None:
+    """Epochs of input the source holds after `offsets` (optional hook ``backlog``; None when
+    the source cannot tell). Best effort: a failing hook never fails the epoch."""
+    hook = getattr(source, "backlog", None)
+    if not callable(hook):
+        return None
+    try:
+        value = hook(offsets)
+    except Exception:
+        log.warning("source %s: backlog() failed", getattr(source, "name", "?"), exc_info=True)
+        return None
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _inputs(source: Any, committed: dict[str, int], splits: list[Split]) -> dict[str, Any]:

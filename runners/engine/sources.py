@@ -146,6 +146,15 @@ class ParquetDirectory:
                 splits.append(Split(self.name, file, a, b, os.path.join(self.path, file)))
         return splits
 
+    def backlog(self, offsets: Mapping[str, int]) -> int:
+        """Epochs of input waiting after `offsets`: files with unread rows, per epoch."""
+        waiting = sum(
+            1
+            for file in _data_files(self.path, ".parquet")
+            if offsets.get(file, 0) < self._num_rows(file)
+        )
+        return -(-waiting // max(1, self.max_files_per_epoch))
+
     def read(self, split: Split) -> SplitData:
         pf = pq.ParquetFile(split.locator)
         groups, first, row = [], None, 0
@@ -276,6 +285,18 @@ class JsonLinesDirectory:
                 a = b
         return splits
 
+    def backlog(self, offsets: Mapping[str, int]) -> int:
+        """Epochs of input waiting after `offsets`: files grown past their offset, per epoch
+        (a file holding only a partial line counts too)."""
+        waiting = 0
+        for file in _data_files(self.path, ".jsonl"):
+            try:
+                size = os.path.getsize(os.path.join(self.path, file))
+            except OSError:
+                continue
+            waiting += offsets.get(file, 0) < size
+        return -(-waiting // max(1, self.max_files_per_epoch))
+
     def read(self, split: Split, required: Sequence[str] = ()) -> SplitData:
         with open(split.locator, "rb") as fh:
             fh.seek(split.start)
@@ -319,6 +340,13 @@ class Generator:
         if self.epochs is not None:
             end = min(end, self.epochs * self.records_per_epoch)
         return [Split(self.name, "0", a, b) for a, b in _ranges(start, end, self.rows_per_split)]
+
+    def backlog(self, offsets: Mapping[str, int]) -> int | None:
+        """Epochs left of a bounded stream (None for an endless one: always more input)."""
+        if self.epochs is None:
+            return None
+        n = self.records_per_epoch
+        return max(0, -(-(self.epochs * n - offsets.get("0", 0)) // n))
 
     def block(self, index: int) -> pa.Table:
         """All records of generator epoch `index`."""

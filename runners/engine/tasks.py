@@ -101,6 +101,9 @@ class ReduceResult:
     cache_misses: int
     map_s: float = 0.0
     reduce_s: float = 0.0
+    #: seconds this task's work kept a core busy: the reduce (a scan task: reading its whole
+    #: share too) plus, after a shuffle, the map time of the splits homed on this task
+    busy_s: float = 0.0
 
 
 # -- map ---------------------------------------------------------------------------------
@@ -463,7 +466,11 @@ def reduce_partition(
     records_in = sum(s.records_in for s in received)
     dead: list[DeadLetter] = [d for s in received for d in s.dead_letters]
     map_s = max((s.map_s for s in received), default=0.0)
-    yield _reduce(plan, task, merged, records_in, dead, started, map_s)
+    result = _reduce(plan, task, merged, records_in, dead, started, map_s)
+    # Each split's map time counts once, on its home task (the one it reports records_in to).
+    home_map_s = sum(s.map_s for s in received if s.split_index % plan.parallelism == task)
+    result.busy_s = result.reduce_s + home_map_s
+    yield result
 
 
 def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterator[ReduceResult]:
@@ -493,7 +500,9 @@ def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterat
     if merged is not None and job.aggregate is not None:
         merged = _partial(job, merged)
     map_s = time.perf_counter() - started
-    yield _reduce(plan, task, merged, records_in, dead, started, map_s)
+    result = _reduce(plan, task, merged, records_in, dead, started, map_s)
+    result.busy_s = result.reduce_s  # measured from the scan's start: reading included
+    yield result
 
 
 def _reduce(

@@ -7,6 +7,8 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import json_script
 
+from controlplane.autoscaler.selectors import latest_decision
+from controlplane.autoscaler.services import policy_of
 from controlplane.errors import NotFound
 from controlplane.jobs.health import job_health
 from controlplane.jobs.models import Job
@@ -59,6 +61,8 @@ def job_context(job: Job) -> dict[str, Any]:
         "max_parallelism": max_parallelism,
         "figures": json_script(figures, "chart-data"),
         "chart_config": json_script(charts.CONFIG, "chart-config"),
+        "autoscale_policy": policy_of(job),
+        "autoscale_decision": latest_decision(job),
     }
 
 

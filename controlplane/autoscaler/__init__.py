@@ -1,0 +1,1 @@
+"""Autoscaling: per-job policies, decisions computed from committed epochs, rescale requests."""
