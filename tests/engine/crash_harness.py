@@ -43,15 +43,18 @@ def run_job(
     crash_at: str | None = None,
     kill_after_epoch_start: tuple[int, float] | None = None,
     timeout: float = 240,
+    job: str = JOB,
+    extra_env: dict[str, str] | None = None,
 ) -> Run:
     """One job process; `kill_after_epoch_start=(n, delay)` SIGKILLs its process group `delay`
     seconds after it announces the start of its n-th epoch."""
-    env = {**os.environ, DATA_ENV: data, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {**os.environ, DATA_ENV: data, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
+           **(extra_env or {})}  # fmt: skip
     env.pop("EPOCHAL_CRASH_AT", None)
     if crash_at:
         env["EPOCHAL_CRASH_AT"] = crash_at
     cmd = [
-        sys.executable, "-m", "runners.engine.main", "--job", JOB, "--store", store,
+        sys.executable, "-m", "runners.engine.main", "--job", job, "--store", store,
         "--namespace", namespace, "--branch", "main", "--parallelism", str(parallelism),
         "--master", f"local[{min(parallelism, 2)}]",
     ]  # fmt: skip

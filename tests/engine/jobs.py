@@ -41,6 +41,29 @@ def aggregate_job(directory: str, **overrides: Any) -> Job:
     return Job(**options)
 
 
+STREAM_ENV = "EPOCHAL_TEST_STREAM"  # "redis:<url>|<stream>,<stream>" or "rabbitmq:<url>|…"
+
+
+def stream_source(spec: str, **options: Any) -> Any:
+    """A Redis or RabbitMQ Streams source of `{key, value}` JSON records from a spec
+    ``<kind>:<url>|<stream>,<stream>``."""
+    from runners.engine.rabbitmq_stream import RabbitMQStreamSource
+    from runners.engine.redis_stream import RedisStreamSource
+
+    kind, _, rest = spec.partition(":")
+    url, _, names = rest.rpartition("|")
+    cls = {"redis": RedisStreamSource, "rabbitmq": RabbitMQStreamSource}[kind]
+    schema = {"key": "string", "value": "int64"}
+    return cls(url, names.split(","), schema, required=("key",), **options)
+
+
+def stream_job() -> Job:
+    """The crash-matrix job over a log source named by $EPOCHAL_TEST_STREAM (bounded epochs of
+    at most 400 records in splits of 100)."""
+    source = stream_source(os.environ[STREAM_ENV], max_records_per_epoch=400, records_per_split=100)
+    return aggregate_job("", name="stream-crash", source=source)
+
+
 def crash_job() -> Job:
     """The crash-matrix job: its input directory comes from the environment."""
     return aggregate_job(os.environ[DATA_ENV])
