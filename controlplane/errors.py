@@ -64,6 +64,13 @@ class Forbidden(EpochalError):
     http_status = 403
 
 
+class Unprocessable(EpochalError):
+    """Well-formed, but cannot be processed as asked, e.g. an idempotency key reused (422)."""
+
+    code = "unprocessable"
+    http_status = 422
+
+
 class OperationFailed(EpochalError):
     """A phase found the operation cannot succeed; the operation ends failed with this."""
 

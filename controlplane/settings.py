@@ -46,6 +46,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "controlplane.api.middleware.BodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -71,6 +72,10 @@ if config.env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", HTTPS):
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_AGE = config.env_int("DJANGO_SESSION_AGE_S", 12 * 3600)
 X_FRAME_OPTIONS = "DENY"
+
+# Request bodies over this get 413 (controlplane/api/middleware.py); forms and fields too.
+DATA_UPLOAD_MAX_MEMORY_SIZE = config.env_int("EPOCHAL_MAX_BODY_BYTES", 1024 * 1024)
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000
 
 # Shared by every process when CACHE_URL is redis://…: login lockouts and API throttles.
 CACHES = {"default": config.cache_backend(config.cache_url())}
@@ -183,7 +188,7 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.HasRole"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["controlplane.api.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": [
         "rest_framework.renderers.JSONRenderer",
         "rest_framework.renderers.BrowsableAPIRenderer",

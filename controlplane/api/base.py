@@ -57,10 +57,13 @@ def audit_api_request(request: Any, response: Any, *, source: str = "api") -> No
     if user is not None and getattr(user, "is_authenticated", False) and not hasattr(user, "_meta"):
         detail["actor"] = user.get_username()  # e.g. the metrics scraper's token: no user row
         user = None
+    detail.update(getattr(request, "_epochal_audit_detail", {}))
     if status_code >= 400 and isinstance(getattr(response, "data", None), dict):
         error = response.data.get("error")
         if isinstance(error, dict):
             detail = {"code": error.get("code"), "message": str(error.get("message"))[:500]}
+            if error.get("fields"):
+                detail["fields"] = sorted(error["fields"])[:20]
     audit_request(
         user=user,
         action=f"{method} /{route.lstrip('/')}",
@@ -94,6 +97,11 @@ class ApiView(APIView):
         response = super().finalize_response(request, response, *args, **kwargs)
         audit_api_request(request, response)
         return response
+
+    def audit_detail(self, **facts: Any) -> None:
+        """Facts for this request's audit entry (e.g. a role change's old and new role)."""
+        current = getattr(self.request, "_epochal_audit_detail", {})
+        self.request._epochal_audit_detail = {**current, **facts}  # type: ignore[attr-defined]
 
     def remember_operation(self, operation: Any) -> None:
         """Link this request's audit entry to `operation`."""

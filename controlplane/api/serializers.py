@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.urls import reverse
@@ -26,6 +27,58 @@ def absolute(request: Any, name: str, *args: Any) -> str:
     return request.build_absolute_uri(path) if request is not None else path
 
 
+def _json_type(field: serializers.Field) -> tuple[type, ...] | None:
+    """The JSON types `field` takes as they are (None: any); no coercion of "3" to 3."""
+    if isinstance(field, serializers.BooleanField):
+        return (bool,)
+    if isinstance(field, serializers.IntegerField):
+        return (int,)
+    if isinstance(field, serializers.FloatField | serializers.DecimalField):
+        return (int, float)
+    if isinstance(field, serializers.ChoiceField):
+        kinds = {type(choice) for choice in field.choices}
+        return tuple(kinds) if kinds else None
+    if isinstance(field, serializers.CharField):
+        return (str,)
+    if isinstance(field, serializers.DictField | serializers.Serializer):
+        return (dict,)
+    if isinstance(field, serializers.ListField | serializers.ListSerializer):
+        return (list,)
+    return None
+
+
+_TYPE_NAMES = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+_TYPE_NAMES.update({dict: "an object", list: "an array"})
+
+
+class StrictSerializer(serializers.Serializer):
+    """Every request body: unknown fields are a 400 (like Kubernetes' strict field
+    validation), and each field takes its JSON type only (``"3"`` is not an integer, ``1`` is
+    not a boolean, ``3`` is not a string)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            writable = {name for name, f in self.fields.items() if not f.read_only}
+            errors: dict[str, list[str]] = {}
+            for name in sorted(set(data) - writable, key=str):
+                errors[str(name)] = [f"unknown field; this request takes {sorted(writable)}"]
+            for name in sorted(set(data) & writable):
+                value, field = data[name], self.fields[name]
+                kinds = _json_type(field)
+                if value is None or kinds is None:
+                    continue
+                if isinstance(value, bool) and bool not in kinds:
+                    ok = False
+                else:
+                    ok = isinstance(value, kinds)
+                if not ok:
+                    wanted = " or ".join(dict.fromkeys(_TYPE_NAMES[k] for k in kinds))
+                    errors[name] = [f"must be {wanted}, not {type(value).__name__} {value!r}"]
+            if errors:
+                raise serializers.ValidationError(errors)
+        return super().to_internal_value(data)
+
+
 class ContextSerializer(serializers.Serializer):
     @property
     def request(self) -> Any:
@@ -47,7 +100,7 @@ class ApplicationSerializer(ContextSerializer):
         return absolute(self.request, "application-detail", obj.name)
 
 
-class ApplicationCreateSerializer(serializers.Serializer):
+class ApplicationCreateSerializer(StrictSerializer):
     name = serializers.RegexField(NAME_PATTERN, max_length=100)
     store_namespace = serializers.RegexField(
         NAME_PATTERN, max_length=100, required=False, help_text="Defaults to the name."
@@ -74,7 +127,7 @@ class VersionSerializer(ContextSerializer):
         return absolute(self.request, "version-detail", obj.application.name, obj.number)
 
 
-class VersionCreateSerializer(serializers.Serializer):
+class VersionCreateSerializer(StrictSerializer):
     job = serializers.RegexField(
         JOB_REFERENCE_PATTERN, max_length=255, help_text="module:attr of the streaming job."
     )
@@ -253,7 +306,7 @@ class JobSerializer(ContextSerializer):
         return absolute(self.request, "job-detail", obj.name)
 
 
-class JobCreateSerializer(serializers.Serializer):
+class JobCreateSerializer(StrictSerializer):
     name = serializers.RegexField(NAME_PATTERN, max_length=100)
     application = serializers.CharField(max_length=100)
     version = serializers.IntegerField(
@@ -325,7 +378,7 @@ class OperationSerializer(ContextSerializer):
         return {"code": obj.error_code, "message": obj.error_message}
 
 
-class OperationRequestSerializer(serializers.Serializer):
+class OperationRequestSerializer(StrictSerializer):
     kind = serializers.ChoiceField(
         choices=OperationKind.choices,
         help_text="; ".join(f"`{k}`: {SPECS[k].summary}" for k in sorted(SPECS)),
@@ -399,7 +452,7 @@ class UserSerializer(ContextSerializer):
         return user_role(obj)
 
 
-class UserCreateSerializer(serializers.Serializer):
+class UserCreateSerializer(StrictSerializer):
     username = serializers.RegexField(r"^[\w.@+-]{1,150}$")
     role = serializers.ChoiceField(choices=list(ROLES))
     email = serializers.EmailField(required=False, default="")
@@ -408,7 +461,7 @@ class UserCreateSerializer(serializers.Serializer):
     )
 
 
-class UserUpdateSerializer(serializers.Serializer):
+class UserUpdateSerializer(StrictSerializer):
     role = serializers.ChoiceField(choices=list(ROLES), required=False)
     is_active = serializers.BooleanField(required=False)
 

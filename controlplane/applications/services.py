@@ -16,12 +16,29 @@ from controlplane.errors import Conflict, InvalidRequest
 def application_create(
     *, name: str, store_namespace: str | None = None, max_parallelism: int = 128
 ) -> Application:
-    """Create an application (its store namespace defaults to its name)."""
+    """Create an application (its store namespace defaults to its name).
+
+    A taken name or namespace is a `Conflict` (409) whether it was taken long ago or by a
+    concurrent request a moment ago: the database's unique constraints decide."""
     application = Application(
         name=name, store_namespace=store_namespace or name, max_parallelism=max_parallelism
     )
-    application.full_clean()
-    application.save()
+    try:
+        application.full_clean(validate_unique=False)
+    except ValidationError as exc:
+        raise InvalidRequest("invalid application", fields=exc.message_dict) from None
+    try:
+        with transaction.atomic():
+            application.save()
+    except IntegrityError:
+        taken = Application.objects.filter(name=name).exists()
+        field = "name" if taken else "store_namespace"
+        value = name if taken else application.store_namespace
+        raise Conflict(
+            f"an application with {field} {value!r} exists already",
+            code="application_exists",
+            fields={field: ["taken"]},
+        ) from None
     return application
 
 

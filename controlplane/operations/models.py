@@ -60,6 +60,12 @@ class Operation(models.Model):
     params = models.JSONField(default=dict)
     reason = models.TextField(blank=True, default="")
     idempotency_key = models.CharField(max_length=200, blank=True, default="")
+    request_fingerprint = models.CharField(
+        max_length=64,
+        blank=True,
+        default="",
+        help_text="sha256 of the request (user, method, path, body) that used idempotency_key.",
+    )
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -9,6 +9,8 @@ the same operation, and the others get `Conflict` naming the running operation.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from django.utils import timezone
 
 from controlplane.applications.models import Application
 from controlplane.audit.services import audit_execution
-from controlplane.errors import Conflict, InvalidRequest
+from controlplane.errors import Conflict, InvalidRequest, Unprocessable
 from controlplane.jobs.models import Job
 from controlplane.operations.executor import phase_records
 from controlplane.operations.framework import Target
@@ -44,11 +46,37 @@ def _user(user: AbstractBaseUser | AnonymousUser | None) -> AbstractBaseUser | N
     return user  # type: ignore[return-value]
 
 
-def _keyed(requester: AbstractBaseUser | None, key: str) -> Operation | None:
-    """The operation an earlier request of `requester` with idempotency key `key` created."""
+def request_fingerprint(*, user: Any, method: str, path: str, body: Any) -> str:
+    """What an idempotency key is bound to: the user, method, path and (canonical) body."""
+    canonical = json.dumps(
+        {"user": getattr(user, "pk", None), "method": method, "path": path, "body": body},
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _keyed(requester: AbstractBaseUser | None, key: str, fingerprint: str = "") -> Operation | None:
+    """The operation an earlier request of `requester` with idempotency key `key` created;
+    `Unprocessable` (422) when that request was a different one (Stripe's rule)."""
     if not key:
         return None
-    return Operation.objects.filter(requested_by=requester, idempotency_key=key).first()
+    earlier = Operation.objects.filter(requested_by=requester, idempotency_key=key).first()
+    if (
+        earlier is not None
+        and fingerprint
+        and earlier.request_fingerprint
+        and earlier.request_fingerprint != fingerprint
+    ):
+        raise Unprocessable(
+            f"Idempotency-Key {key!r} was used for a different request (operation {earlier.pk});"
+            " use a new key for a new request",
+            code="idempotency_key_reused",
+            fields={"Idempotency-Key": ["used before with another method, path or body"]},
+            detail={"operation": str(earlier.pk)},
+        )
+    return earlier
 
 
 def _running_conflict(job: Job) -> Conflict:
@@ -63,6 +91,14 @@ def _running_conflict(job: Job) -> Conflict:
     )
 
 
+def idempotent_earlier(
+    *, user: AbstractBaseUser | AnonymousUser | None, idempotency_key: str, fingerprint: str = ""
+) -> Operation | None:
+    """The operation `user`'s earlier request with this key made (422 if it was another)."""
+    requester = _user(user)
+    return _keyed(requester, idempotency_key, fingerprint) if requester is not None else None
+
+
 def operation_request(
     *,
     kind: str,
@@ -71,6 +107,7 @@ def operation_request(
     params: Mapping[str, Any] | None = None,
     user: AbstractBaseUser | AnonymousUser | None = None,
     idempotency_key: str = "",
+    fingerprint: str = "",
     reason: str = "",
     via: str = "api",
     dispatch: bool = True,
@@ -83,7 +120,7 @@ def operation_request(
             "the idempotency key is longer than 200 characters",
             fields={"idempotency_key": ["at most 200 characters"]},
         )
-    earlier = _keyed(requester, idempotency_key)
+    earlier = _keyed(requester, idempotency_key, fingerprint)
     if earlier is not None:
         return Requested(earlier, created=False)
     spec = operation_spec(kind)
@@ -97,7 +134,7 @@ def operation_request(
     if job is not None and spec.needs_job and active.exists():
         # A concurrent request with the same key may have committed since the first look:
         # that is a replay, not a conflict.
-        replay = _keyed(requester, idempotency_key)
+        replay = _keyed(requester, idempotency_key, fingerprint)
         if replay is not None:
             return Requested(replay, created=False)
         raise _running_conflict(job)
@@ -109,6 +146,7 @@ def operation_request(
         params=cleaned,
         reason=reason,
         idempotency_key=idempotency_key,
+        request_fingerprint=fingerprint if idempotency_key else "",
         requested_by=requester,
         requested_via=via,
         phases=phase_records([p.name for p in spec.phases(cleaned)]),
@@ -121,7 +159,7 @@ def operation_request(
             if dispatch:
                 transaction.on_commit(lambda: operation_dispatch(operation))
     except IntegrityError:
-        earlier = _keyed(requester, idempotency_key)
+        earlier = _keyed(requester, idempotency_key, fingerprint)
         if earlier is not None:
             return Requested(earlier, created=False)
         if job is not None:

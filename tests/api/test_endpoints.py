@@ -52,7 +52,7 @@ def test_applications_and_versions_are_listed_created_and_fetched(
     assert bad_config.status_code == 400
     assert "config" in bad_config.json()["error"]["fields"]
     duplicate = admin.post("/api/applications/", {"name": "orders"})
-    assert duplicate.status_code == 400
+    assert duplicate.status_code == 409  # taken: a conflict, as under a race
     assert "name" in duplicate.json()["error"]["fields"]
 
 

@@ -31,7 +31,9 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
     str,
     location=OpenApiParameter.HEADER,
-    description="Up to 200 characters; repeating it (same user) returns the same operation.",
+    description="Up to 200 characters. Repeating the same request (same user, method, path "
+    "and body) with it returns the first one's operation (200, `Idempotent-Replayed: true`); "
+    "a different request with the same key gets 422 `idempotency_key_reused`.",
 )
 REQUEST_RESPONSES = {
     202: OpenApiResponse(OperationSerializer, description="Accepted: the operation was created."),
@@ -39,6 +41,7 @@ REQUEST_RESPONSES = {
         OperationSerializer, description="The operation an earlier request with this key made."
     ),
     409: error("Another operation of this job is pending or running (named in `detail`)."),
+    422: error("The Idempotency-Key was used before for a different request."),
 }
 
 
@@ -48,6 +51,9 @@ def _request(
     body = OperationRequestSerializer(data=request.data)
     body.is_valid(raise_exception=True)
     key = request.headers.get("Idempotency-Key", "").strip()
+    fingerprint = services.request_fingerprint(
+        user=request.user, method=request.method or "", path=request.path, body=request.data
+    )
     try:
         requested = services.operation_request(
             kind=body.validated_data["kind"],
@@ -57,12 +63,15 @@ def _request(
             reason=body.validated_data["reason"],
             user=request.user,
             idempotency_key=key,
+            fingerprint=fingerprint,
             via="api",
         )
     except Conflict:
         # A concurrent request with the same key may have committed between the service's
         # key lookup and its conflict check: then this is a replay, not a conflict.
-        earlier = selectors.operation_for_idempotency_key(user=request.user, idempotency_key=key)
+        earlier = services.idempotent_earlier(
+            user=request.user, idempotency_key=key, fingerprint=fingerprint
+        )
         if earlier is None:
             raise
         requested = services.Requested(earlier, created=False)

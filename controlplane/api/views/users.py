@@ -7,7 +7,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.accounts import selectors, services
-from controlplane.accounts.roles import ADMIN
+from controlplane.accounts.roles import ADMIN, user_role
 from controlplane.api.base import ApiView
 from controlplane.api.pagination import PAGE_PARAMETERS, KeysetPagination, page_of
 from controlplane.api.schema import error
@@ -42,6 +42,7 @@ class UserListView(ApiView):
         body = UserCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         user = services.user_create(**body.validated_data)
+        self.audit_detail(user=user.username, role=body.validated_data["role"])
         data = UserSerializer(user, context={"request": request}).data
         return Response(data, status=201, headers={"Location": data["url"]})
 
@@ -60,5 +61,11 @@ class UserDetailView(ApiView):
         user = selectors.user_get(username=username)
         body = UserUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
+        before = {"role": user_role(user), "is_active": user.is_active}
         user = services.user_update(user=user, **body.validated_data)
+        after = {"role": user_role(user), "is_active": user.is_active}
+        self.audit_detail(
+            user=user.username,
+            **{k: {"old": before[k], "new": after[k]} for k in before if before[k] != after[k]},
+        )
         return Response(UserSerializer(user, context={"request": request}).data)

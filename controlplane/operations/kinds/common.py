@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,10 +44,25 @@ def int_param(
     return value
 
 
-def float_param(params: Mapping[str, Any], name: str, default: float) -> float:
+MAX_WAIT_S = 86400.0
+"""The longest any timeout or deadline of an operation may be (one day)."""
+
+
+def float_param(
+    params: Mapping[str, Any], name: str, default: float, *, maximum: float = MAX_WAIT_S
+) -> float:
+    """A duration in seconds, above 0 and at most `maximum`."""
     value = params.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise InvalidRequest(f"{name} must be a positive number", fields={name: [repr(value)]})
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not 0 < value <= maximum
+    ):
+        raise InvalidRequest(
+            f"{name} must be a number of seconds above 0 and at most {maximum:g}",
+            fields={name: [f"above 0 and at most {maximum:g}; got {value!r}"]},
+        )
     return float(value)
 
 

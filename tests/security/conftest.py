@@ -1,0 +1,10 @@
+"""The security tests reuse the API tests' fixtures: users of each role with tokens, a real
+store with a small indexed lineage, an application version and a job."""
+
+from tests.api.conftest import (  # noqa: F401  (fixtures)
+    client_for,
+    fast_password_hashing,
+    lineage,
+    store_url,
+    tokens,
+)
