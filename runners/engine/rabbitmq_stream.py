@@ -36,6 +36,8 @@ PROBE_TIMEOUT_S = 1.0
 #: a `latest` start waits longer, since calling a stream empty there means reading it all
 LATEST_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0
+#: AMQP 1.0: descriptor 0x53 0x75 = a data section (the body as bytes)
+DATA_SECTION = b"\x00Su"
 
 
 @dataclass(frozen=True)
@@ -204,11 +206,20 @@ class RabbitMQStreamSource:
         return f"RabbitMQ stream {stream!r}"
 
     def _body(self, message: Any) -> bytes:
+        data = bytes(message)
         if self.encoding == "raw":
-            return bytes(message)
+            return data
+        # fast path: a message that is exactly one data section (what most clients send)
+        if data[:3] == DATA_SECTION and len(data) > 4:
+            if data[3] == 0xA0 and len(data) == 5 + data[4]:
+                return data[5:]
+            if data[3] == 0xB0 and len(data) == 8 + int.from_bytes(data[4:8], "big"):
+                return data[8:]
         from rstream import amqp_decoder
 
-        body = amqp_decoder(bytes(message)).body
+        body = amqp_decoder(data).body
+        if body is None:
+            return b""
         if isinstance(body, list):
             body = b"".join(bytes(b) for b in body)
         return body if isinstance(body, bytes) else str(body).encode()

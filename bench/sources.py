@@ -1,0 +1,300 @@
+"""Log-source benchmark: ``python -m bench.sources [--quick] [--records N] [--sources …]``.
+
+One SparkSession (``local[2]``) runs the same keyed running aggregate (count, sum and max of
+``value`` per ``key``, committed every epoch, p=2) over the same JSON records read
+
+- from JSON-lines files (`JsonLinesDirectory`, one file per epoch): the baseline;
+- from a Redis stream (`RedisStreamSource`, ``--redis-url``);
+- from a RabbitMQ stream (`RabbitMQStreamSource`, ``--rabbitmq-url``; AMQP 1.0 messages),
+
+each with the same records per epoch. Records are published before the timed run, so the
+rates (``records_per_s``) measure reading and processing, not the producer;
+``ratio_stream_vs_files`` is each stream source's rate over the files' rate in the same run.
+Every run's final state (per-key count, sum and max) must equal a numpy reference.
+
+Lag: a producer then publishes ``--lag-records`` records at ``--lag-rate`` per second while
+the job runs epochs back to back; a message's lag is the time from its publication (the
+producer's clock before sending) to the commit of the epoch that read it (``lag_ms`` p50/p99).
+
+Progress goes to stderr; the last stdout line is one JSON object with the load average
+(``os.getloadavg()``) at the start and beside every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SOURCES = ("redis", "rabbitmq")
+SCHEMA = {"key": "string", "value": "int64"}
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def records(n: int, keys: int, seed: int = 19) -> list[dict[str, Any]]:
+    rng = np.random.default_rng(seed)
+    ks, vs = rng.integers(0, keys, n), rng.integers(0, 1000, n)
+    return [
+        {"key": f"key-{k}", "value": int(v)} for k, v in zip(ks.tolist(), vs.tolist(), strict=True)
+    ]
+
+
+def reference(rows: Sequence[dict[str, Any]]) -> dict[str, tuple[int, int, int]]:
+    out: dict[str, tuple[int, int, int]] = {}
+    for r in rows:
+        c, s, m = out.get(r["key"], (0, 0, -1))
+        out[r["key"]] = (c + 1, s + r["value"], max(m, r["value"]))
+    return out
+
+
+def final_state(repo: Any) -> dict[str, tuple[int, int, int]]:
+    from runners.engine import read_output
+
+    frame = read_output(repo, "main").to_pandas().sort_values("_epoch").groupby("key").last()
+    return {
+        str(k): (int(r["count"]), int(r["sum_value"]), int(r["max_value"]))
+        for k, r in frame.iterrows()
+    }
+
+
+class Log:
+    """A fresh stream of one broker: publish to it, a source over it, clean it up."""
+
+    def __init__(self, kind: str, url: str) -> None:
+        self.kind, self.url = kind, url
+        self.stream = f"epochal-bench-{uuid.uuid4().hex[:8]}"
+        self.published: list[tuple[int, float]] = []  # (offset, publication time)
+        if kind == "redis":
+            import redis
+
+            self.client = redis.Redis.from_url(url)
+        else:
+            from runners.engine.rabbitmq_stream import create_stream
+
+            create_stream(url, self.stream)
+            self.count = 0
+
+    def publish(self, rows: Sequence[dict[str, Any]]) -> None:
+        now = time.time()
+        if self.kind == "redis":
+            from runners.engine.redis_stream import encode_id
+
+            for i in range(0, len(rows), 1000):
+                pipe = self.client.pipeline(transaction=False)
+                for r in rows[i : i + 1000]:
+                    pipe.xadd(self.stream, {"data": json.dumps(r)})
+                ids = pipe.execute()
+                self.published.extend((encode_id(x), now) for x in ids)
+        else:
+            from runners.engine.rabbitmq_stream import publish
+
+            publish(self.url, self.stream, rows)
+            self.published.extend((self.count + i, now) for i in range(len(rows)))
+            self.count += len(rows)
+
+    def source(self, per_epoch: int) -> Any:
+        from runners.engine.rabbitmq_stream import RabbitMQStreamSource
+        from runners.engine.redis_stream import RedisStreamSource
+
+        cls = RedisStreamSource if self.kind == "redis" else RabbitMQStreamSource
+        return cls(self.url, [self.stream], SCHEMA, required=("key",),
+                   max_records_per_epoch=per_epoch, records_per_split=per_epoch)  # fmt: skip
+
+    def close(self) -> None:
+        if self.kind == "redis":
+            self.client.delete(self.stream)
+        else:
+            from runners.engine.rabbitmq_stream import delete_stream
+
+            delete_stream(self.url, self.stream)
+
+
+def job(source: Any) -> Any:
+    from runners.engine import Job
+    from runners.engine import aggregations as agg
+
+    return Job(name="bench-sources", source=source, key="key", time_mode="logical",
+               aggregate=[agg.count(), agg.sum("value"), agg.max("value")])  # fmt: skip
+
+
+def timed_run(spark: Any, source: Any, store: str) -> tuple[float, Any, list[Any]]:
+    from runners.engine import EpochRunner
+    from snapshots_store import Repository
+
+    repo = Repository.open(store, uuid.uuid4().hex[:12])
+    runner = EpochRunner(spark, job(source), repo=repo, parallelism=2)
+    started = time.perf_counter()
+    results = runner.run()
+    return time.perf_counter() - started, repo, results
+
+
+def lag(spark: Any, broker: Log, store: str, n: int, rate: float, per_epoch: int) -> dict[str, Any]:
+    """Publication-to-commit lag of `n` records published at `rate` per second."""
+    from runners.engine import EpochRunner
+    from snapshots_store import Repository
+
+    rows = records(n, keys=1000, seed=7)
+    broker.published.clear()
+    batch = max(1, int(rate / 10))
+    repo = Repository.open(store, uuid.uuid4().hex[:12])
+    runner = EpochRunner(spark, job(broker.source(per_epoch)), repo=repo, parallelism=2)
+    commits: list[tuple[dict[str, int], float]] = []
+
+    def produce() -> None:
+        started = time.perf_counter()
+        for i in range(0, n, batch):
+            delay = started + i / rate - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+            broker.publish(rows[i : i + batch])
+
+    producer = threading.Thread(target=produce, name="bench-producer")
+    producer.start()
+    read = 0
+    deadline = time.time() + 120 + n / rate
+    while read < n and time.time() < deadline:
+        result = runner.run_epoch()
+        if result is None:
+            time.sleep(0.05)
+            continue
+        offsets = repo.read_manifest(result.snapshot_id).offsets[broker.source(1).name]
+        commits.append((dict(offsets), time.time()))
+        read += result.records_in
+    producer.join()
+    ends = [(int(o[broker.stream]), t) for o, t in commits]
+    lags: list[float] = []
+    for offset, published in broker.published:
+        committed = next((t for end, t in ends if offset < end), None)
+        if committed is not None:
+            lags.append((committed - published) * 1000)
+    if len(lags) != n:
+        raise RuntimeError(f"lag run read {len(lags)} of {n} records")
+    p50, p99 = np.percentile(lags, [50, 99])
+    return {
+        "p50": round(float(p50), 1),
+        "p99": round(float(p99), 1),
+        "records": n,
+        "rate_per_s": rate,
+        "epochs": len(commits),
+        "loadavg": list(os.getloadavg()),
+    }
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.sources", description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes for a smoke run")
+    p.add_argument("--records", type=int, default=200_000, help="records per source")
+    p.add_argument("--epochs", type=int, default=4, help="epochs the records are cut into")
+    p.add_argument("--keys", type=int, default=20_000)
+    p.add_argument("--lag-records", type=int, default=20_000)
+    p.add_argument("--lag-rate", type=float, default=4000.0, help="records per second")
+    p.add_argument("--sources", default=",".join(SOURCES), help="comma list of redis, rabbitmq")
+    p.add_argument("--redis-url", default=os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"))
+    p.add_argument(
+        "--rabbitmq-url",
+        default=os.environ.get(
+            "RABBITMQ_STREAM_URL", "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
+        ),
+    )
+    args = p.parse_args(argv)
+    if args.quick:
+        args.records, args.epochs, args.keys = 4000, 2, 500
+        args.lag_records, args.lag_rate = 300, 600.0
+    chosen = [s for s in args.sources.split(",") if s]
+    unknown = sorted(set(chosen) - set(SOURCES))
+    if unknown:
+        p.error(f"--sources: unknown {unknown}; choose from {', '.join(SOURCES)}")
+    if args.records < args.epochs or args.epochs < 1:
+        p.error("--records must be at least --epochs, and --epochs at least 1")
+    args.sources = chosen
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from runners.engine.session import build_spark_session
+    from runners.engine.sources import JsonLinesDirectory, write_jsonl_file
+
+    load_start = list(os.getloadavg())
+    work = Path(tempfile.mkdtemp(prefix="epochal-bench-sources-"))
+    store = f"file://{work}/store"
+    rows = records(args.records, args.keys)
+    per_epoch = args.records // args.epochs
+    expected = reference(rows[: per_epoch * args.epochs])
+    spark = build_spark_session(master="local[2]", app_name="bench-sources")
+    rates: dict[str, float] = {}
+    loads: dict[str, list[float]] = {}
+    lags: dict[str, Any] = {}
+    correct = True
+    brokers: list[Log] = []
+    try:
+        data = work / "files"
+        for e in range(args.epochs):
+            write_jsonl_file(str(data), f"part-{e:05d}", rows[e * per_epoch : (e + 1) * per_epoch])
+        files = JsonLinesDirectory(str(data), SCHEMA, required=("key",))
+        # warm the JVM, the Python workers and the code paths once on a tiny set
+        warm = work / "warm"
+        write_jsonl_file(str(warm), "part-00000", rows[:200])
+        timed_run(spark, JsonLinesDirectory(str(warm), SCHEMA), store)
+        runs: list[tuple[str, Callable[[], Any]]] = [("files", lambda: files)]
+        for kind in args.sources:
+            url = args.redis_url if kind == "redis" else args.rabbitmq_url
+            broker = Log(kind, url)
+            brokers.append(broker)
+            log(f"publishing {len(rows)} records to {kind} stream {broker.stream}")
+            broker.publish(rows[: per_epoch * args.epochs])
+            runs.append((kind, lambda b=broker: b.source(per_epoch)))
+        for name, make in runs:
+            seconds, repo, results = timed_run(spark, make(), store)
+            rates[name] = round(per_epoch * args.epochs / seconds, 1)
+            loads[name] = list(os.getloadavg())
+            ok = final_state(repo) == expected and len(results) == args.epochs
+            correct = correct and ok
+            log(f"{name}: {rates[name]:.0f} records/s over {len(results)} epochs"
+                f"{'' if ok else ' — WRONG RESULT'}")  # fmt: skip
+        for broker in list(brokers):
+            lag_broker = Log(broker.kind, broker.url)
+            brokers.append(lag_broker)
+            lags[broker.kind] = lag(spark, lag_broker, store, args.lag_records, args.lag_rate,
+                                    per_epoch)  # fmt: skip
+            log(f"{broker.kind} lag: {lags[broker.kind]}")
+    finally:
+        for broker in brokers:
+            try:
+                broker.close()
+            except Exception as exc:  # a cleanup failure must not hide the figures
+                log(f"could not delete {broker.kind} stream {broker.stream}: {exc}")
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    report = {
+        "bench": "sources",
+        "records": per_epoch * args.epochs,
+        "epochs": args.epochs,
+        "keys": args.keys,
+        "records_per_s": rates,
+        "ratio_stream_vs_files": {k: round(rates[k] / rates["files"], 3) for k in args.sources},
+        "lag_ms": lags,
+        "results_match": correct,
+        "loadavg": {"start": load_start, **loads, "end": list(os.getloadavg())},
+        "cpus": os.cpu_count(),
+    }
+    print(json.dumps(report))
+    return 0 if correct else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
