@@ -1,20 +1,11 @@
 """Prometheus metrics at `/metrics`, read from the database at scrape time.
 
-A custom collector queries PostgreSQL (or SQLite) on every scrape, so every web process
-answers the same numbers whichever process or worker did the work. Reading needs a bearer
-token equal to `EPOCHAL_METRICS_TOKEN`, or any authenticated user (API token or session).
-
-Exported:
-
-* ``epochal_jobs{state}`` — jobs by state;
-* ``epochal_epochs_committed{application,branch}`` — epoch commits (kinds epoch and rescale)
-  in the lineage index, by the branch they were committed on; ``epochal_branch_head_epoch``
-  the epoch number at each branch head;
-* ``epochal_commit_latency_seconds{application,quantile}`` and ``…_window`` — quantiles of
-  the epoch time up to its commit point (manifest stats ``process_s``, written by the engine)
-  over the most recent commits of each application (``EPOCHAL_METRICS_COMMIT_WINDOW``, 500);
-* ``epochal_operations{kind,state}`` — operations by kind and state;
-* ``epochal_operation_duration_seconds{kind}`` — a histogram of finished operations' durations.
+Custom `prometheus_client` collectors query PostgreSQL (or SQLite) on every scrape, so every
+web process answers the same numbers whichever process or worker did the work. A scrape costs
+a constant number of queries however many applications, jobs or commits exist (one query per
+family or two; the recent commits of every application in one windowed query). Reading needs
+a bearer token equal to `EPOCHAL_METRICS_TOKEN`, or any authenticated user (API token or
+session). The families and example alert rules: docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count
+from django.db.models import Count, Max
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -39,11 +30,14 @@ from rest_framework.views import APIView
 
 from controlplane.api.base import audit_api_request
 from controlplane.applications.models import Application
+from controlplane.autoscaler.models import AutoscaleDecision
 from controlplane.jobs.models import Job, JobState
 from controlplane.lineage.models import Branch, Snapshot
 from controlplane.operations.models import Operation, OperationKind, OperationState
+from controlplane.operations.webs import head_inputs
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
+COMMIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 QUANTILES = (0.5, 0.9, 0.99)
 
 
@@ -52,24 +46,73 @@ def _quantile(ordered: list[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+def _stats(raw: Any) -> dict[str, Any]:
+    stats = json.loads(raw) if isinstance(raw, str | bytes) else raw
+    return stats if isinstance(stats, dict) else {}
+
+
+def _number(stats: dict[str, Any], name: str) -> float | None:
+    value = stats.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def _histogram(values: list[float], bounds: tuple[float, ...]) -> list[tuple[str, float]]:
+    buckets = [(str(b), float(sum(1 for v in values if v <= b))) for b in bounds]
+    buckets.append(("+Inf", float(len(values))))
+    return buckets
+
+
 class DatabaseCollector(Collector):
     """Reads the control plane's tables on every `collect()`."""
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._jobs()
-        yield from self._epochs()
-        yield from self._commit_latency()
+        apps = {
+            app_id: (name, namespace, store_url or settings.EPOCHAL_STORE_URL)
+            for app_id, name, namespace, store_url in Application.objects.values_list(
+                "id", "name", "store_namespace", "store_url"
+            )
+        }
+        names = {app_id: app[0] for app_id, app in apps.items()}
+        jobs = list(
+            Job.objects.values_list(
+                "id", "name", "application_id", "branch", "state", "parallelism", "store_url"
+            )
+        )
+        heads = {
+            (app_id, branch): (epoch, _stats(stats), snapshot_id)
+            for app_id, branch, epoch, stats, snapshot_id in Branch.objects.filter(
+                head__isnull=False
+            ).values_list(
+                "application_id", "name", "head__epoch", "head__stats", "head__snapshot_id"
+            )
+        }
+        yield from self._jobs(jobs)
+        yield from self._epochs(names, heads)
+        yield from self._commits(names)
+        yield from self._lag(apps, jobs, heads)
         yield from self._operations()
+        yield from self._autoscaler()
 
-    def _jobs(self) -> Iterator[Metric]:
-        counts = dict(Job.objects.values_list("state").annotate(n=Count("id")).order_by())
+    def _jobs(self, jobs: list[tuple[Any, ...]]) -> Iterator[Metric]:
         family = GaugeMetricFamily("epochal_jobs", "Jobs by state.", labels=["state"])
+        counts: dict[str, int] = {}
+        for job in jobs:
+            counts[job[4]] = counts.get(job[4], 0) + 1
         for state in JobState.values:
             family.add_metric([state], counts.get(state, 0))
         yield family
+        parallelism = GaugeMetricFamily(
+            "epochal_job_parallelism", "Each job's configured parallelism.", labels=["job"]
+        )
+        for job in jobs:
+            parallelism.add_metric([job[1]], job[5])
+        yield parallelism
 
-    def _epochs(self) -> Iterator[Metric]:
-        names = dict(Application.objects.values_list("id", "name"))
+    def _epochs(
+        self, names: dict[Any, str], heads: dict[tuple[Any, str], tuple[int, Any, str]]
+    ) -> Iterator[Metric]:
         committed = GaugeMetricFamily(
             "epochal_epochs_committed",
             "Epoch commits in the lineage index, by the branch they were committed on.",
@@ -84,19 +127,34 @@ class DatabaseCollector(Collector):
         for app_id, branch, n in rows:
             committed.add_metric([names.get(app_id, str(app_id)), branch], n)
         yield committed
-        heads = GaugeMetricFamily(
+        family = GaugeMetricFamily(
             "epochal_branch_head_epoch",
             "Epoch number of each branch head.",
             labels=["application", "branch"],
         )
-        for app_id, branch, epoch in Branch.objects.filter(head__isnull=False).values_list(
-            "application_id", "name", "head__epoch"
-        ):
-            heads.add_metric([names.get(app_id, str(app_id)), branch], epoch)
-        yield heads
+        for (app_id, branch), (epoch, _, _) in sorted(heads.items(), key=str):
+            family.add_metric([names.get(app_id, str(app_id)), branch], epoch)
+        yield family
 
-    def _commit_latency(self) -> Iterator[Metric]:
+    def _commits(self, names: dict[Any, str]) -> Iterator[Metric]:
+        """The newest `EPOCHAL_METRICS_COMMIT_WINDOW` epoch commits of every application, in
+        one windowed query: latency quantiles and a histogram of their durations."""
         window = int(settings.EPOCHAL_METRICS_COMMIT_WINDOW)
+        table = connection.ops.quote_name(Snapshot._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT application_id, stats FROM (SELECT application_id, stats, ROW_NUMBER() "
+                "OVER (PARTITION BY application_id ORDER BY id DESC) AS n "
+                f"FROM {table} WHERE kind IN ('epoch', 'rescale')) recent WHERE n <= %s",
+                [window],
+            )
+            rows = cursor.fetchall()
+        values: dict[Any, list[float]] = {app_id: [] for app_id in names}
+        for app_id, raw in rows:
+            # commits without timing (a restart rescale's metadata-only commit) have none
+            value = _number(_stats(raw), "process_s")
+            if value is not None:
+                values.setdefault(app_id, []).append(value)
         latency = GaugeMetricFamily(
             "epochal_commit_latency_seconds",
             "Epoch time up to the commit point (manifest stats process_s), quantiles over "
@@ -108,23 +166,78 @@ class DatabaseCollector(Collector):
             "Recent commits with a process_s stat behind epochal_commit_latency_seconds.",
             labels=["application"],
         )
-        table = connection.ops.quote_name(Snapshot._meta.db_table)
-        for app_id, name in Application.objects.values_list("id", "name"):
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"SELECT stats FROM {table} WHERE application_id = %s "
-                    "AND kind IN ('epoch', 'rescale') ORDER BY id DESC LIMIT %s",
-                    [app_id, window],
-                )
-                # commits without timing (a restart rescale's metadata-only commit) have none
-                found = sorted(
-                    v for v in (_process_s(row[0]) for row in cursor.fetchall()) if v is not None
-                )
+        histogram = HistogramMetricFamily(
+            "epochal_commit_duration_seconds",
+            "Epoch time up to the commit point (process_s) of the most recent commits of each "
+            "application (EPOCHAL_METRICS_COMMIT_WINDOW).",
+            labels=["application"],
+        )
+        for app_id, found in sorted(values.items(), key=lambda kv: names.get(kv[0], "")):
+            name = names.get(app_id, str(app_id))
+            found.sort()
             size.add_metric([name], len(found))
             for q in QUANTILES if found else ():
                 latency.add_metric([name, str(q)], _quantile(found, q))
+            histogram.add_metric(
+                [name], _histogram(found, COMMIT_BUCKETS), sum_value=round(sum(found), 6)
+            )
         yield latency
         yield size
+        yield histogram
+
+    def _lag(
+        self,
+        apps: dict[Any, tuple[str, str, str]],
+        jobs: list[tuple[Any, ...]],
+        heads: dict[tuple[Any, str], tuple[int, Any, str]],
+    ) -> Iterator[Metric]:
+        """Lag from each job's head commit: the backlog its source reported (epochs,
+        records), and per job-web edge the upstream epochs committed but not read yet."""
+        lag_epochs = GaugeMetricFamily(
+            "epochal_job_lag_epochs",
+            "Epochs of input waiting after the job's head commit (its source's backlog, or "
+            "for a job reading other jobs' outputs the largest edge lag).",
+            labels=["job", "application"],
+        )
+        lag_records = GaugeMetricFamily(
+            "epochal_job_lag_records",
+            "Records waiting after the job's head commit (sources that can count them).",
+            labels=["job", "application"],
+        )
+        edge_lag = GaugeMetricFamily(
+            "epochal_web_edge_lag_epochs",
+            "Upstream epochs committed on the upstream job's branch and not read yet by the "
+            "downstream job.",
+            labels=["upstream", "downstream", "source"],
+        )
+        by_location = {(apps[j[2]][1], j[3]): j for j in jobs if j[2] in apps}
+        for _id, name, app_id, branch, _state, _p, store_url in jobs:
+            head = heads.get((app_id, branch))
+            if head is None or app_id not in apps:
+                continue
+            app, namespace, app_store = apps[app_id]
+            _epoch, stats, snapshot_id = head
+            edges: list[int] = []
+            inputs = head_inputs(store_url or app_store, namespace, snapshot_id)
+            for source, doc in sorted(inputs.items()):
+                upstream = by_location.get((doc.get("namespace"), doc.get("branch")))
+                if upstream is None:
+                    continue
+                up_head = heads.get((upstream[2], upstream[3]))
+                read = doc.get("epochs") or []
+                last_read = max([int(e) for e in read] or [int(doc.get("after_epoch") or 0)])
+                lag = max(0, (up_head[0] if up_head else 0) - last_read)
+                edges.append(lag)
+                edge_lag.add_metric([upstream[1], name, source], lag)
+            backlog = _number(stats, "backlog_epochs")
+            if backlog is not None or edges:
+                lag_epochs.add_metric([name, app], backlog if backlog is not None else max(edges))
+            records = _number(stats, "backlog_records")
+            if records is not None:
+                lag_records.add_metric([name, app], records)
+        yield lag_epochs
+        yield lag_records
+        yield edge_lag
 
     def _operations(self) -> Iterator[Metric]:
         counts = {
@@ -152,19 +265,38 @@ class DatabaseCollector(Collector):
             labels=["kind"],
         )
         for kind, values in durations.items():
-            buckets = [
-                (str(bound), float(sum(1 for v in values if v <= bound)))
-                for bound in DURATION_BUCKETS
-            ]
-            buckets.append(("+Inf", float(len(values))))
-            histogram.add_metric([kind], buckets, sum_value=sum(values))
+            histogram.add_metric(
+                [kind], _histogram(values, DURATION_BUCKETS), sum_value=sum(values)
+            )
         yield histogram
 
-
-def _process_s(raw: Any) -> float | None:
-    stats = json.loads(raw) if isinstance(raw, str | bytes) else raw
-    value = stats.get("process_s") if isinstance(stats, dict) else None
-    return float(value) if isinstance(value, int | float) else None
+    def _autoscaler(self) -> Iterator[Metric]:
+        decisions = GaugeMetricFamily(
+            "epochal_autoscaler_decisions",
+            "Recorded autoscaler decisions (the newest 500 per job) by action and outcome.",
+            labels=["job", "action", "outcome"],
+        )
+        rows = (
+            AutoscaleDecision.objects.values_list("job__name", "action", "outcome")
+            .annotate(n=Count("id"))
+            .order_by("job__name", "action", "outcome")
+        )
+        for job, action, outcome, n in rows:
+            decisions.add_metric([job, action, outcome], n)
+        yield decisions
+        recommended = GaugeMetricFamily(
+            "epochal_autoscaler_recommended_parallelism",
+            "The newest autoscaler decision's recommended parallelism per job.",
+            labels=["job", "mode"],
+        )
+        newest = AutoscaleDecision.objects.values("job").annotate(last=Max("id")).values("last")
+        for job, mode, value in (
+            AutoscaleDecision.objects.filter(id__in=newest)
+            .values_list("job__name", "mode", "recommended_parallelism")
+            .order_by("job__name")
+        ):
+            recommended.add_metric([job, mode], value)
+        yield recommended
 
 
 def render_metrics() -> bytes:

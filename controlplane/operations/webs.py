@@ -9,6 +9,7 @@ before it exists, with an error naming the cycle.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -59,6 +60,34 @@ def _inputs(job: Job) -> dict[str, dict[str, Any]]:
     except StoreError:
         return {}
     return {}
+
+
+@functools.lru_cache(maxsize=4096)
+def _inputs_at(store_url: str, namespace: str, snapshot_id: str) -> tuple[tuple[str, Any], ...]:
+    """``extra.inputs`` of the newest commit at or before `snapshot_id` (first parents, up to
+    50) that records any. Cached: a committed snapshot never changes."""
+    from snapshots_store import Repository
+
+    repo = Repository.open(store_url, namespace)
+    sid: str | None = snapshot_id
+    for _ in range(50):
+        if sid is None:
+            break
+        manifest = repo.read_manifest(sid)
+        inputs = manifest.extra.get(INPUTS)
+        if isinstance(inputs, dict) and inputs:
+            return tuple(sorted((k, v) for k, v in inputs.items() if isinstance(v, dict)))
+        sid = manifest.parents[0] if manifest.parents else None
+    return ()
+
+
+def head_inputs(store_url: str, namespace: str, snapshot_id: str) -> dict[str, dict[str, Any]]:
+    """What a branch whose head is `snapshot_id` reads from other branches (source name ->
+    ``extra.inputs`` document); {} when unreadable. One store read per new head."""
+    try:
+        return dict(_inputs_at(store_url, namespace, snapshot_id))
+    except StoreError:
+        return {}
 
 
 def web_edges(jobs: Iterable[Job] | None = None) -> list[Edge]:
@@ -169,4 +198,12 @@ def web_graph() -> dict[str, Any]:
     return {"nodes": nodes, "edges": edges, "lag_alarm_epochs": threshold}
 
 
-__all__ = ["Edge", "find_cycle", "source_for", "validate_web", "web_edges", "web_graph"]
+__all__ = [
+    "Edge",
+    "find_cycle",
+    "head_inputs",
+    "source_for",
+    "validate_web",
+    "web_edges",
+    "web_graph",
+]

@@ -232,9 +232,10 @@ class EpochRunner:
             "busy_s": round(sum(r.busy_s for r in results), 6),
             "busy_max_s": round(max(r.busy_s for r in results), 6),
         }
-        backlog = _backlog(source, offsets[source.name])
-        if backlog is not None:
-            stats["backlog_epochs"] = backlog
+        for hook in ("backlog", "backlog_records"):  # optional source hooks
+            value = _backlog(source, offsets[source.name], hook)
+            if value is not None:
+                stats[f"{hook}_epochs" if hook == "backlog" else hook] = value
         commit_started = time.perf_counter()
         stats["process_s"] = round(commit_started - started, 6)
         operation_id = _new_operation(control, parent)
@@ -429,16 +430,17 @@ def _new_operation(control: dict[str, Any], parent: Manifest | None) -> str | No
     return op
 
 
-def _backlog(source: Any, offsets: dict[str, int]) -> int | None:
-    """Epochs of input the source holds after `offsets` (optional hook ``backlog``; None when
-    the source cannot tell). Best effort: a failing hook never fails the epoch."""
-    hook = getattr(source, "backlog", None)
+def _backlog(source: Any, offsets: dict[str, int], name: str = "backlog") -> int | None:
+    """Input the source holds after `offsets`: optional hooks ``backlog`` (epochs) and
+    ``backlog_records``; None when the source cannot tell. Best effort: a failing hook never
+    fails the epoch."""
+    hook = getattr(source, name, None)
     if not callable(hook):
         return None
     try:
         value = hook(offsets)
     except Exception:
-        log.warning("source %s: backlog() failed", getattr(source, "name", "?"), exc_info=True)
+        log.warning("source %s: %s() failed", getattr(source, "name", "?"), name, exc_info=True)
         return None
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 

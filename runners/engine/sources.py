@@ -155,6 +155,13 @@ class ParquetDirectory:
         )
         return -(-waiting // max(1, self.max_files_per_epoch))
 
+    def backlog_records(self, offsets: Mapping[str, int]) -> int:
+        """Rows waiting after `offsets`."""
+        return sum(
+            max(0, self._num_rows(file) - offsets.get(file, 0))
+            for file in _data_files(self.path, ".parquet")
+        )
+
     def read(self, split: Split) -> SplitData:
         pf = pq.ParquetFile(split.locator)
         groups, first, row = [], None, 0
@@ -347,6 +354,12 @@ class Generator:
             return None
         n = self.records_per_epoch
         return max(0, -(-(self.epochs * n - offsets.get("0", 0)) // n))
+
+    def backlog_records(self, offsets: Mapping[str, int]) -> int | None:
+        """Records left of a bounded stream (None for an endless one)."""
+        if self.epochs is None:
+            return None
+        return max(0, self.epochs * self.records_per_epoch - offsets.get("0", 0))
 
     def block(self, index: int) -> pa.Table:
         """All records of generator epoch `index`."""

@@ -29,13 +29,14 @@ def test_epochs_record_busy_time_and_the_backlog_they_leave(
         assert 0 < stats["busy_max_s"] <= stats["busy_s"]
         # three tasks each kept a core busy; their sum is at least the busiest one
         assert stats["busy_s"] <= 3 * stats["process_s"] + 1e-6
-        backlogs.append(stats["backlog_epochs"])
-    assert backlogs == [2, 1, 0]
+        backlogs.append((stats["backlog_epochs"], stats["backlog_records"]))
+    assert backlogs == [(2, 8000), (1, 4000), (0, 0)]  # 2,000 records per file, 2 per epoch
 
 
 def test_backlog_hooks_of_the_sources(tmp_path: Any) -> None:
     gen = sources.Generator(keys=10, records_per_epoch=100, epochs=5)
     assert gen.backlog({"0": 200}) == 3
+    assert gen.backlog_records({"0": 250}) == 250
     assert sources.Generator(keys=10, records_per_epoch=100, epochs=None).backlog({}) is None
     lines = tmp_path / "jsonl"
     for name in ("a", "b", "c"):
