@@ -49,13 +49,13 @@ def _clean(changes: Mapping[str, Any], current: Policy) -> dict[str, Any]:
     wrong: dict[str, list[str]] = {}
     for name, value in changes.items():
         if name == "mode" and not isinstance(value, str):
-            wrong[name] = [f"a string, one of {list(MODES)}"]
+            wrong[name] = [f"must be a string, one of {list(MODES)}"]
         elif name in _INT_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
-            wrong[name] = ["an integer"]
+            wrong[name] = ["must be an integer"]
         elif name == "target_utilisation" and (
             isinstance(value, bool) or not isinstance(value, int | float)
         ):
-            wrong[name] = ["a number"]
+            wrong[name] = ["must be a number"]
     if wrong:
         raise InvalidRequest(f"wrong type for {sorted(wrong)}", fields=wrong)
     merged = {name: getattr(current, name) for name in AutoscalePolicy.FIELDS}
@@ -67,7 +67,7 @@ def _clean(changes: Mapping[str, Any], current: Policy) -> dict[str, Any]:
         raise InvalidRequest(
             "invalid autoscaling policy: "
             + "; ".join(f"{k} must be {v}" for k, v in sorted(problems.items())),
-            fields={k: [v] for k, v in problems.items()},
+            fields={k: [f"must be {v}"] for k, v in problems.items()},
         )
     return merged
 

@@ -125,6 +125,7 @@ WRITES = [
     ("POST", "/api/applications/clicks/operations/", {"kind": "fork", "params": {}}),
     ("POST", "/api/users/", {"username": "newbie", "role": "viewer"}),
     ("PATCH", "/api/users/viewer/", {"role": "operator"}),
+    ("PATCH", "/api/jobs/clicks-main/autoscaler/", {"mode": "recommend"}),
 ]
 
 
