@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# Settings that keep a local session quiet and quick to start (see docs/engine.md).
+# Settings that keep a local session quiet (see docs/engine.md). The JVM runs with its own
+# defaults (C2 compiler, default GC): a job's version may set spark.driver.extraJavaOptions.
 DEFAULT_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     "spark.python.worker.reuse": "true",
 }
 

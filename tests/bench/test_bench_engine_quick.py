@@ -18,6 +18,7 @@ import pytest
 from bench import checksum as ck
 from bench.datagen import EpochSet
 from bench.engine import REQUIRED_KEYS
+from tests.conftest import require_service
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -54,8 +55,7 @@ def test_reference_checksums_agree_with_arrow(tmp_path: Path) -> None:
 
 
 def test_bench_engine_quick(tmp_path: Path) -> None:
-    if shutil.which("java") is None:
-        pytest.skip("install OpenJDK 17")
+    require_service("Java", shutil.which("java") is not None, "install OpenJDK 17")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
     proc = subprocess.run(

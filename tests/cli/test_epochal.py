@@ -18,6 +18,7 @@ from controlplane.jobs.models import Job
 from controlplane.jobs.store import job_repository
 from controlplane.operations.models import Operation
 from snapshots_store import Repository
+from tests.conftest import require_service
 from tests.e2e.harness import database_url
 from tests.operations.test_requests import commit_epochs
 from tests.operations.test_requests import job as job  # the fixture
@@ -51,8 +52,11 @@ def env(tmp_path: Path) -> dict[str, str]:
         pytest.fail(f"{EPOCHAL} is missing: run bin/setup (it installs the project's commands)")
     from django.db import connection
 
-    if connection.vendor != "postgresql":
-        pytest.skip("the CLI subprocess needs the test database shared: DATABASE_URL=postgres://…")
+    require_service(
+        "PostgreSQL",
+        connection.vendor == "postgresql",
+        "the CLI subprocess needs the test database shared: DATABASE_URL=postgres://…",
+    )
     clean = {
         k: v
         for k, v in os.environ.items()

@@ -1,5 +1,7 @@
 """Crash harness: run the job entry point as a subprocess, SIGKILL it at named points of the
-commit protocol (EPOCHAL_CRASH_AT) or at random moments, restart it, and report what it did."""
+commit protocol (EPOCHAL_CRASH_AT) or at random moments inside an epoch, or SIGKILL one of its
+Python workers mid-epoch; restart it, and report what it did and whether the kill landed inside
+an epoch (proved from its events and the branch head after the run)."""
 
 from __future__ import annotations
 
@@ -11,10 +13,13 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.engine.jobs import DATA_ENV
+from snapshots_store import Repository
+from tests.conftest import FAST_START_SUBMIT_ARGS
+from tests.engine.jobs import DATA_ENV, SLOW_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = "tests.engine.jobs:crash_job"
@@ -24,6 +29,9 @@ JOB = "tests.engine.jobs:crash_job"
 class Run:
     returncode: int
     events: list[dict[str, object]] = field(default_factory=list)
+    base_epoch: int = 0  # the branch head's epoch when the run started
+    head_epoch: int = 0  # ... and after it ended
+    worker_killed: int | None = None  # pid of the Python worker SIGKILLed, if any
 
     @property
     def killed(self) -> bool:
@@ -32,6 +40,70 @@ class Run:
     @property
     def committed(self) -> list[int]:
         return [int(e["epoch"]) for e in self.events if e.get("event") == "committed"]  # type: ignore[call-overload]
+
+    @property
+    def started_epochs(self) -> int:
+        """How many epochs the run announced (`epoch_start` events)."""
+        return sum(1 for e in self.events if e.get("event") == "epoch_start")
+
+    @property
+    def interrupted_epoch(self) -> int | None:
+        """The epoch a kill interrupted, or None when the kill did not land inside one.
+
+        Inside = after the run announced the epoch's start (its last event) and before the
+        epoch's commit reached the branch head (the head after the run is the epoch before).
+        """
+        if not self.events or self.events[-1].get("event") != "epoch_start":
+            return None
+        epoch = self.base_epoch + self.started_epochs
+        return epoch if self.head_epoch == epoch - 1 else None
+
+
+def head_epoch(store: str, namespace: str) -> int:
+    repo = Repository.open(store, namespace)
+    head = repo.read_ref("heads/main")
+    return 0 if head is None else repo.read_manifest(head.target).epoch
+
+
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every live process (Linux /proc)."""
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    return parents
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def python_workers(root: int) -> list[int]:
+    """The forked PySpark Python workers under process `root` (children of the PySpark daemon,
+    which runs in a process group of its own under the driver's JVM)."""
+    parents = _parents()
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parents.get(pid, 0)
+            if pid == root:
+                return True
+        return False
+
+    return [
+        pid
+        for pid, parent in parents.items()
+        if "pyspark.daemon" in _cmdline(pid)
+        and "pyspark.daemon" in _cmdline(parent)
+        and descends(pid)
+    ]
 
 
 def run_job(
@@ -42,17 +114,23 @@ def run_job(
     parallelism: int = 2,
     crash_at: str | None = None,
     kill_after_epoch_start: tuple[int, float] | None = None,
+    kill_worker_after_epoch_start: tuple[int, float] | None = None,
+    slow_s: float = 0.0,
     timeout: float = 240,
     job: str = JOB,
     extra_env: dict[str, str] | None = None,
 ) -> Run:
-    """One job process; `kill_after_epoch_start=(n, delay)` SIGKILLs its process group `delay`
-    seconds after it announces the start of its n-th epoch."""
+    """One job process. `kill_after_epoch_start=(n, delay)` SIGKILLs its process group `delay`
+    seconds after it announces the start of its n-th epoch; `kill_worker_after_epoch_start`
+    SIGKILLs one Python worker instead. `slow_s`: extra seconds per split read."""
     env = {**os.environ, DATA_ENV: data, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
            **(extra_env or {})}  # fmt: skip
+    env["PYSPARK_SUBMIT_ARGS"] = FAST_START_SUBMIT_ARGS  # short test jobs: quick JVM start
     env.pop("EPOCHAL_CRASH_AT", None)
+    env[SLOW_ENV] = str(slow_s)
     if crash_at:
         env["EPOCHAL_CRASH_AT"] = crash_at
+    base = head_epoch(store, namespace)
     cmd = [
         sys.executable, "-m", "runners.engine.main", "--job", job, "--store", store,
         "--namespace", namespace, "--branch", "main", "--parallelism", str(parallelism),
@@ -62,13 +140,26 @@ def run_job(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         start_new_session=True,
     )  # fmt: skip
+    killed_worker: list[int] = []
 
     def kill_group() -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
 
+    def kill_worker() -> None:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and proc.poll() is None:
+            workers = python_workers(proc.pid)
+            if workers:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(workers[0], signal.SIGKILL)
+                    killed_worker.append(workers[0])
+                return
+            time.sleep(0.05)
+
     watchdog = threading.Timer(timeout, kill_group)
     watchdog.start()
+    timers: list[threading.Timer] = []
     events: list[dict[str, object]] = []
     assert proc.stdout is not None
     try:
@@ -78,19 +169,33 @@ def run_job(
             except ValueError:
                 continue
             events.append(event)
-            if (
-                kill_after_epoch_start is not None
-                and event.get("event") == "epoch_start"
-                and event.get("n") == kill_after_epoch_start[0]
+            if event.get("event") != "epoch_start":
+                continue
+            for spec, action in (
+                (kill_after_epoch_start, kill_group),
+                (kill_worker_after_epoch_start, kill_worker),
             ):
-                threading.Timer(kill_after_epoch_start[1], kill_group).start()
+                if spec is not None and event.get("n") == spec[0]:
+                    timers.append(threading.Timer(spec[1], action))
+                    timers[-1].start()
         returncode = proc.wait()
     finally:
         watchdog.cancel()
+        for timer in timers:
+            timer.cancel()
+            with contextlib.suppress(RuntimeError):
+                timer.join()
         kill_group()  # the JVM and Python workers of a killed driver go too
-    return Run(returncode, events)
+    return Run(
+        returncode,
+        events,
+        base_epoch=base,
+        head_epoch=head_epoch(store, namespace),
+        worker_killed=killed_worker[0] if killed_worker else None,
+    )
 
 
 def random_kills(count: int, seed: int) -> list[tuple[int, float]]:
+    """(n, fraction): kill in the run's n-th epoch, `fraction` of the way through its reads."""
     rng = random.Random(seed)
-    return [(rng.randint(1, 2), round(rng.uniform(0.0, 1.5), 3)) for _ in range(count)]
+    return [(rng.randint(1, 2), round(rng.uniform(0.05, 0.8), 3)) for _ in range(count)]

@@ -65,8 +65,13 @@ def stream_job() -> Job:
 
 
 def crash_job() -> Job:
-    """The crash-matrix job: its input directory comes from the environment."""
-    return aggregate_job(os.environ[DATA_ENV])
+    """The crash-matrix job: its input directory comes from the environment, and each split
+    read takes $EPOCHAL_TEST_SLOW_S longer (0 when unset) so that a kill can land mid-epoch."""
+    directory = os.environ[DATA_ENV]
+    source = SlowParquet(
+        directory, rows_per_split=700, delay_s=float(os.environ.get(SLOW_ENV, "0"))
+    )
+    return aggregate_job(directory, source=source)
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import time
@@ -145,8 +144,6 @@ def test_cleanup_removes_the_run_and_is_idempotent(launcher, make_spec) -> None:
 
 @pytest.mark.spark
 def test_engine_entry_point_runs_under_the_local_launcher(make_spec, store_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    if importlib.util.find_spec("runners.engine.main") is None:
-        pytest.skip("runners.engine.main does not exist yet (the engine's job entry point)")
     launcher = LocalLauncher(runs_dir=tmp_path / "runs")  # the real entry point
     spec = make_spec(job="tests.runners.engine_job:job", max_epochs=2, parallelism=1)
     handle = launcher.start(spec)
