@@ -73,7 +73,7 @@ def rabbitmq_stream_url() -> str:
     url = os.environ.get("RABBITMQ_STREAM_URL", "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F")
     require_service(
         "RabbitMQ Streams",
-        _port_open("127.0.0.1", 5552),
+        _url_answers(url, 5552),
         f"run `rabbitmq-plugins enable rabbitmq_stream` or set RABBITMQ_STREAM_URL ({url})",
     )
     return url
