@@ -4,13 +4,18 @@ A session ends after 30 minutes without a click. Each closed session is emitted 
 start, end, clicks and distinct pages; the open session lives in keyed state.
 
     python -m runners.jobs.clickstream --data var/demo/clicks --store file://var/store
+
+The same job reads a RabbitMQ or Redis stream of the same JSON clicks instead of files with
+``job(source="rabbitmq-stream", url="rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F",
+streams=["clicks"])`` (or ``source="redis-stream", url="redis://127.0.0.1:6379/0"``); the
+source and its place are part of the job arguments of the version, which only admins create.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from runners.engine import EpochContext, Job, KeyedState, sources
@@ -20,11 +25,15 @@ SESSION_GAP_MS = 30 * 60 * 1000
 PAGES = ["/", "/search", "/product", "/cart", "/checkout", "/help", "/account"]
 
 
-def generate(
-    directory: str, *, files: int = 5, clicks: int = 2000, users: int = 200, seed: int = 1
-) -> None:
-    """Deterministic click files of 20 minutes each; in each file a third of the users is
-    active, so sessions end when a user stays away for more than one file."""
+SOURCES = ("files", "rabbitmq-stream", "redis-stream")
+SCHEMA = {"user": "string", "page": "string", "ts": "int64"}
+
+
+def click_batches(
+    files: int, *, clicks: int = 2000, users: int = 200, seed: int = 1
+) -> Iterator[list[dict[str, Any]]]:
+    """Deterministic batches of clicks of 20 minutes each; in each batch a third of the users
+    is active, so sessions end when a user stays away for more than one batch."""
     rng = random.Random(seed)
     for f in range(files):
         start = f * 20 * 60 * 1000
@@ -39,6 +48,14 @@ def generate(
                 }
             )
         rows.sort(key=lambda r: r["ts"])
+        yield rows
+
+
+def generate(
+    directory: str, *, files: int = 5, clicks: int = 2000, users: int = 200, seed: int = 1
+) -> None:
+    """One JSON-lines file per batch of `click_batches` (existing files are rewritten equal)."""
+    for f, rows in enumerate(click_batches(files, clicks=clicks, users=users, seed=seed)):
         write_jsonl_file(directory, f"clicks-{f:05d}", rows)
 
 
@@ -71,11 +88,32 @@ def _closed(user: Any, session: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def job(directory: str) -> Job:
-    source = sources.JsonLinesDirectory(
-        directory, schema={"user": "string", "page": "string", "ts": "int64"}
-    )
-    return Job(name="clickstream-sessions", source=source, key="user", process=sessions,
+def job(
+    directory: str = "",
+    *,
+    source: str = "files",
+    url: str = "",
+    streams: Sequence[str] = ("clicks",),
+    start: str = "earliest",
+) -> Job:
+    """The session job over JSON-lines files in `directory` (default) or over the streams
+    `streams` at `url` (`source` ``rabbitmq-stream`` or ``redis-stream``, see docs/sources.md)."""
+    reader: Any
+    if source == "files":
+        if not directory:
+            raise ValueError("source files needs a directory")
+        reader = sources.JsonLinesDirectory(directory, schema=SCHEMA)
+    elif source == "rabbitmq-stream":
+        from runners.engine.rabbitmq_stream import RabbitMQStreamSource
+
+        reader = RabbitMQStreamSource(url, list(streams), SCHEMA, required=("user",), start=start)
+    elif source == "redis-stream":
+        from runners.engine.redis_stream import RedisStreamSource
+
+        reader = RedisStreamSource(url, list(streams), SCHEMA, required=("user",), start=start)
+    else:
+        raise ValueError(f"source {source!r}: expected one of {', '.join(SOURCES)}")
+    return Job(name="clickstream-sessions", source=reader, key="user", process=sessions,
                time_mode="logical")  # fmt: skip
 
 

@@ -73,3 +73,24 @@ def test_demo_refuses_nonsense_counts(tmp_path: Path) -> None:
     )
     assert done.returncode != 0
     assert "must be positive" in done.stderr
+
+
+@pytest.mark.spark
+@pytest.mark.services
+def test_demo_runs_the_job_from_a_rabbitmq_stream(
+    tmp_path: Path, rabbitmq_stream_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from runners.engine.rabbitmq_stream import delete_stream
+
+    stream = f"epochal-demo-test-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("RABBITMQ_STREAM_URL", rabbitmq_stream_url)
+    try:
+        done = _demo(tmp_path, "--epochs", "2", "--records", "400", "--source",
+                     "rabbitmq-stream", "--stream", stream)  # fmt: skip
+    finally:
+        delete_stream(rabbitmq_stream_url, stream)
+    assert f"input:  RabbitMQ stream {stream}" in done.stdout, done.stdout
+    assert "the job has consumed all 800 input records" in done.stdout, done.stdout
+    assert "worker stopped" in done.stdout

@@ -6,12 +6,18 @@ start the job — a real PySpark run of the epoch-commit engine on Spark `local[
 the local launcher — prints each epoch as it commits, then serves the dashboard, the REST API
 and the admin while a feeder adds input every few seconds. Ctrl-C stops the job at an epoch
 boundary and the worker. Running it again resumes the job from its branch head.
+
+``--source rabbitmq-stream`` publishes the same clicks to the RabbitMQ stream
+``epochal-demo-clicks`` (``RABBITMQ_STREAM_URL``, default the local broker's stream plugin on
+port 5552) and runs the job on the RabbitMQ Streams source instead of the files.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -24,6 +30,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 APPLICATION = "clickstream"
+STREAM = "epochal-demo-clicks"
+DEFAULT_STREAM_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
 JOB = "clickstream-main"
 BRANCH = "main"
 
@@ -46,6 +54,15 @@ class Command(BaseCommand):
             help="while serving, add an input file every N seconds (0: never)",
         )
         parser.add_argument(
+            "--source",
+            choices=["files", "rabbitmq-stream"],
+            default="files",
+            help="where the job reads clicks: JSON-lines files (default) or a RabbitMQ stream",
+        )
+        parser.add_argument(
+            "--stream", default=STREAM, help=f"with --source rabbitmq-stream (default {STREAM})"
+        )
+        parser.add_argument(
             "--no-serve",
             action="store_true",
             help="stop the job and the worker once the input is consumed instead of serving",
@@ -57,8 +74,20 @@ class Command(BaseCommand):
         self.options = options
         store_url: str = settings.EPOCHAL_STORE_URL
         self.input_dir = Path(settings.VAR_DIR) / "demo" / "clickstream-input"
+        self.stream_url = os.environ.get("RABBITMQ_STREAM_URL", DEFAULT_STREAM_URL)
         self.stdout.write(f"store:  {store_url} (namespace {APPLICATION}, branch {BRANCH})")
-        self.stdout.write(f"input:  {self.input_dir}")
+        if options["source"] == "rabbitmq-stream":
+            self._check_stream_endpoint()
+            self.stream = options["stream"]
+            self.stdout.write(f"input:  RabbitMQ stream {self.stream} at {self._endpoint_text()}")
+            job_args = {
+                "source": "rabbitmq-stream",
+                "url": self.stream_url,
+                "streams": [self.stream],
+            }
+        else:
+            self.stdout.write(f"input:  {self.input_dir}")
+            job_args = {"directory": str(self.input_dir)}
         self.stdout.write(
             f"broker: {settings.CELERY_BROKER_URL}   database: "
             f"{settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}"
@@ -71,7 +100,7 @@ class Command(BaseCommand):
             "--job-ref",
             "runners.jobs.clickstream:job",
             "--job-args",
-            f'{{"directory": "{self.input_dir}"}}',
+            json.dumps(job_args),
             "--job-name",
             JOB,
             "--parallelism",
@@ -96,15 +125,63 @@ class Command(BaseCommand):
     # -- input -------------------------------------------------------------------------------
 
     def _files(self) -> int:
+        """Input batches so far (files, or batches published to the stream)."""
+        if self.options["source"] == "rabbitmq-stream":
+            counts = self._published()
+            return len(counts)
         return len(list(self.input_dir.glob("clicks-*"))) if self.input_dir.is_dir() else 0
 
     def _generate(self, files: int) -> None:
         from runners.jobs import clickstream
 
-        clickstream.generate(str(self.input_dir), files=files, clicks=self.options["records"])
+        if self.options["source"] != "rabbitmq-stream":
+            clickstream.generate(str(self.input_dir), files=files, clicks=self.options["records"])
+            return
+        from runners.engine.rabbitmq_stream import create_stream, publish
+
+        create_stream(self.stream_url, self.stream)
+        counts = self._published()
+        batches = clickstream.click_batches(files, clicks=self.options["records"])
+        for i, rows in enumerate(batches):
+            if i >= len(counts):  # publish each batch once, across runs of the demo
+                publish(self.stream_url, self.stream, rows)
+                counts.append(len(rows))
+                self._published_path().write_text(json.dumps(counts))
+
+    def _published_path(self) -> Path:
+        return Path(settings.VAR_DIR) / "demo" / f"{self.stream}.batches.json"
+
+    def _published(self) -> list[int]:
+        path = self._published_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return list(json.loads(path.read_text())) if path.exists() else []
 
     def _input_records(self) -> int:
+        if self.options["source"] == "rabbitmq-stream":
+            return sum(self._published())
         return sum(sum(1 for _ in p.open("rb")) for p in self.input_dir.glob("clicks-*"))
+
+    def _endpoint_text(self) -> str:
+        from runners.engine.rabbitmq_stream import Endpoint
+
+        e = Endpoint.parse(self.stream_url)
+        return f"{e.host}:{e.port} (vhost {e.vhost})"
+
+    def _check_stream_endpoint(self) -> None:
+        from runners.engine.rabbitmq_stream import Endpoint
+
+        try:
+            endpoint = Endpoint.parse(self.stream_url)
+        except ValueError as exc:
+            raise CommandError(f"RABBITMQ_STREAM_URL: {exc}") from None
+        try:
+            socket.create_connection((endpoint.host, endpoint.port), timeout=2).close()
+        except OSError as exc:
+            raise CommandError(
+                f"--source rabbitmq-stream: nothing answers at {endpoint.host}:{endpoint.port} "
+                f"({exc}); enable the plugin with `rabbitmq-plugins enable rabbitmq_stream` or "
+                "set RABBITMQ_STREAM_URL, or run the demo on files (the default)"
+            ) from None
 
     # -- processes ---------------------------------------------------------------------------
 
