@@ -57,12 +57,12 @@ def user_update(*, user: Any, role: str | None = None, is_active: bool | None = 
     return user
 
 
-def user_token(*, user: Any, rotate: bool = False) -> str:
-    """The user's API token (created on first use; `rotate` replaces it)."""
-    from rest_framework.authtoken.models import Token
+def user_token(*, user: Any, rotate: bool = False, actor: Any = None, source: str = "cli") -> str:
+    """A new API token's secret for `user` (shown once); `rotate` first revokes the others."""
+    from controlplane.accounts.models import ApiToken
+    from controlplane.accounts.tokens import token_create, token_revoke
 
-    with transaction.atomic():
-        if rotate:
-            Token.objects.filter(user=user).delete()
-        token, _ = Token.objects.get_or_create(user=user)
-    return str(token.key)
+    if rotate:
+        for token in ApiToken.objects.filter(user=user, revoked_at__isnull=True):
+            token_revoke(token=token, actor=actor, source=source)
+    return token_create(user=user, actor=actor, source=source).secret

@@ -28,6 +28,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from controlplane.api.authentication import ApiTokenAuthentication
 from controlplane.api.base import audit_api_request
 from controlplane.applications.models import Application
 from controlplane.autoscaler.models import AutoscaleDecision
@@ -366,7 +367,7 @@ class AnyAccept(BaseContentNegotiation):
 class MetricsView(APIView):
     authentication_classes = [
         MetricsTokenAuthentication,
-        authentication.TokenAuthentication,
+        ApiTokenAuthentication,
         authentication.SessionAuthentication,
     ]
     permission_classes = [IsAuthenticated]

@@ -466,4 +466,39 @@ class UserUpdateSerializer(StrictSerializer):
     is_active = serializers.BooleanField(required=False)
 
 
+class TokenSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    user = serializers.CharField(source="user.username")
+    name = serializers.CharField()
+    prefix = serializers.CharField(help_text="The secret's first characters, to recognise it.")
+    state = serializers.ChoiceField(choices=["active", "expired", "revoked"])
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField(allow_null=True)
+    last_used_at = serializers.DateTimeField(
+        allow_null=True, help_text="Updated at most once a minute."
+    )
+    revoked_at = serializers.DateTimeField(allow_null=True)
+
+
+class IssuedTokenSerializer(TokenSerializer):
+    token = serializers.CharField(
+        help_text="The secret: send it as `Authorization: Token <token>`. Shown only here."
+    )
+
+
+class TokenCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
+    expires_in_days = serializers.IntegerField(
+        min_value=1,
+        max_value=3650,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Days until the token stops working; null or absent: it does not expire.",
+    )
+    user = serializers.RegexField(
+        r"^[\w.@+-]{1,150}$", required=False, help_text="Admins: issue it to another user."
+    )
+
+
 ANY_JSON = OpenApiTypes.OBJECT

@@ -13,6 +13,7 @@ from controlplane.api.views import (
     lineage,
     operations,
     root,
+    tokens,
     users,
     webs,
 )
@@ -95,6 +96,9 @@ urlpatterns = [
     path("audit/", audit.AuditListView.as_view(), name="audit-list"),
     path("users/", users.UserListView.as_view(), name="user-list"),
     path("users/<str:username>/", users.UserDetailView.as_view(), name="user-detail"),
+    path("tokens/", tokens.TokenListView.as_view(), name="token-list"),
+    path("tokens/<int:token_id>/", tokens.TokenDetailView.as_view(), name="token-detail"),
+    path("tokens/<int:token_id>/rotate/", tokens.TokenRotateView.as_view(), name="token-rotate"),
     # the schema and its browsable documentation (assets from our own static files)
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),

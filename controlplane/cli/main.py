@@ -22,8 +22,9 @@ def verbs() -> tuple[Verb, ...]:
     from controlplane.cli.jobs import VERBS as JOB_VERBS
     from controlplane.cli.operations import VERBS as OPERATION_VERBS
     from controlplane.cli.store import STORE
+    from controlplane.cli.tokens import TOKEN
 
-    return (*JOB_VERBS, *OPERATION_VERBS, STORE)
+    return (*JOB_VERBS, *OPERATION_VERBS, STORE, TOKEN)
 
 
 def verb_named(name: str) -> Verb:

@@ -22,15 +22,20 @@ def test_createuser_and_token_give_an_api_login_with_the_role(db: None) -> None:
     assert _call("createuser", "ops", "--role", "operator") == "created ops (operator)"
     assert user_role(user_get(username="ops")) == "operator"
     token = _call("token", "ops")
-    assert token == _call("token", "ops")  # stable until rotated
+    second = _call("token", "ops")  # each call issues a new token; the secret is shown once
+    assert second != token
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
     assert client.get("/api/jobs/").status_code == 200
     assert client.get("/api/users/").status_code == 403
 
-    rotated = _call("token", "ops", "--rotate")
-    assert rotated != token
+    rotated = _call("token", "ops", "--rotate")  # revokes every earlier token of the user
+    assert rotated not in (token, second)
     assert client.get("/api/jobs/").status_code == 401
+    client.credentials(HTTP_AUTHORIZATION=f"Token {second}")
+    assert client.get("/api/jobs/").status_code == 401
+    client.credentials(HTTP_AUTHORIZATION=f"Token {rotated}")
+    assert client.get("/api/jobs/").status_code == 200
 
 
 def test_createuser_with_password_allows_a_session_login(db: None) -> None:
