@@ -16,12 +16,12 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
 from controlplane.audit.services import audit_request
-from controlplane.autoscaler.decision import HOLD, MODES, Decision, Policy, Sample, decide
+from controlplane.autoscaler.decision import HOLD, MODES, Decision, Policy, decide
+from controlplane.autoscaler.history import branch_samples, sample_limit
 from controlplane.autoscaler.models import AutoscaleDecision, AutoscalePolicy
 from controlplane.errors import Conflict, InvalidRequest
 from controlplane.jobs.models import Job, JobState
 from controlplane.jobs.store import job_repository
-from snapshots_store import Repository
 
 log = logging.getLogger(__name__)
 
@@ -103,44 +103,6 @@ def policy_set(
 def policy_of(job: Job) -> Policy:
     row = AutoscalePolicy.objects.filter(job=job).first()
     return Policy() if row is None else row.policy()
-
-
-def branch_samples(repo: Repository, branch: str, limit: int) -> tuple[list[Sample], int]:
-    """The newest `limit` epoch commits of `branch`'s first-parent history, oldest first, and
-    the lineage's key groups (M). Stops at a commit that processed nothing and is not a
-    rescale (rollback, fork, migration, initial): what came before is another history."""
-    head = repo.read_ref(f"heads/{branch}")
-    if head is None:
-        return [], 0
-    samples: list[Sample] = []
-    key_groups = 0
-    sid: str | None = head.target
-    while sid is not None and len(samples) < limit:
-        manifest = repo.read_manifest(sid)
-        key_groups = key_groups or manifest.max_parallelism
-        if "records_in" in manifest.stats:
-            samples.append(
-                Sample.from_stats(
-                    epoch=manifest.epoch,
-                    parallelism=manifest.parallelism,
-                    created_at=manifest.created_at,
-                    stats=manifest.stats,
-                )
-            )
-        elif manifest.kind != "rescale":
-            break
-        sid = manifest.parents[0] if manifest.parents else None
-    samples.reverse()
-    return samples, key_groups
-
-
-def sample_limit(policy: Policy) -> int:
-    return (
-        policy.cooldown_epochs
-        + policy.metric_window
-        + max(policy.scale_up_window, policy.scale_down_window)
-        + 2
-    )
 
 
 def evaluate(job: Job, *, force: bool = False) -> AutoscaleDecision | None:
