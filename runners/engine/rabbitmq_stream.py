@@ -188,6 +188,8 @@ class RabbitMQStreamSource:
     records_per_split: int = 50_000
     name: str = "rabbitmq"
     _start: StartingPosition = field(init=False, repr=False, compare=False)
+    #: stream -> offset after its last message, as seen by the latest plan (driver only)
+    _tails: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.streams = list(self.streams)
@@ -284,6 +286,7 @@ class RabbitMQStreamSource:
             if problem is not None:
                 raise SourceDataLostError(problem + "; the job stops rather than skip them")
         end = position if last is None else max(position, last + 1)
+        self._tails[stream] = end
         if max_records is not None:
             end = min(end, position + max_records)
         if max_bytes is not None and end > position:
@@ -363,6 +366,21 @@ class RabbitMQStreamSource:
         )
         data.dead_letters.extend(broken)
         return data
+
+    def backlog_records(self, offsets: Mapping[str, int]) -> int | None:
+        """Messages after `offsets` as of the latest plan (no extra round trip to the broker
+        before a commit); None before the first plan."""
+        if not self._tails:
+            return None
+        return sum(max(0, tail - int(offsets.get(s, 0))) for s, tail in self._tails.items())
+
+    def backlog(self, offsets: Mapping[str, int]) -> int | None:
+        """Epochs of input waiting after `offsets` (per `max_records_per_epoch`)."""
+        waiting = self.backlog_records(offsets)
+        if waiting is None:
+            return None
+        bound = self.max_records_per_epoch
+        return -(-waiting // bound) if bound else int(waiting > 0)
 
     def retained(self, offsets: Mapping[str, int]) -> str | None:
         async def check() -> str | None:

@@ -299,6 +299,22 @@ class RedisStreamSource:
             result[count_key] = max(result.get(count_key, 0), meta["before"] + meta["count"])
         return result
 
+    def backlog_records(self, offsets: Mapping[str, int]) -> int:
+        """Entries added to the streams and not read yet (retention aside)."""
+        r = _client(self.url)
+        waiting = 0
+        for stream in self.streams:
+            head = _head(r, stream)
+            if head.exists and stream in offsets:
+                waiting += max(0, head.added - int(offsets.get(stream + COUNT_SUFFIX, 0)))
+        return waiting
+
+    def backlog(self, offsets: Mapping[str, int]) -> int:
+        """Epochs of input waiting after `offsets` (per `max_records_per_epoch`)."""
+        waiting = self.backlog_records(offsets)
+        bound = self.max_records_per_epoch
+        return -(-waiting // bound) if bound else int(waiting > 0)
+
     def retained(self, offsets: Mapping[str, int]) -> str | None:
         r = _client(self.url)
         for stream, position in sorted(offsets.items()):

@@ -90,6 +90,8 @@ def test_offsets_and_bounds_are_in_the_snapshot(
     first = runner.run_epoch()
     assert first is not None and first.records_in == 80  # 50 of a, all 30 of b
     manifest = repo.read_manifest(first.snapshot_id)
+    stats = repo.read_manifest(first.snapshot_id).stats  # the autoscaler's backlog inputs
+    assert stats["backlog_records"] == 70 and stats["backlog_epochs"] == 1
     assert manifest.offsets["rabbitmq"] == {a: 50, b: 30}
     assert manifest.stats["splits"] == 5
     assert [r.records_in for r in runner.run()] == [50, 20]

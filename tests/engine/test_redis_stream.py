@@ -90,6 +90,8 @@ def test_offsets_and_record_bound_are_in_the_snapshot(
     first = runner.run_epoch()
     assert first is not None and first.records_in == 80  # 50 per stream, b has only 30
     offsets = repo.read_manifest(first.snapshot_id).offsets["redis"]
+    stats = repo.read_manifest(first.snapshot_id).stats  # the autoscaler's backlog inputs
+    assert stats["backlog_records"] == 70 and stats["backlog_epochs"] == 1
     assert offsets[a] == encode_id(ids_a[49]) + 1 and offsets[a + COUNT_SUFFIX] == 50
     assert offsets[b + COUNT_SUFFIX] == 30
     assert repo.read_manifest(first.snapshot_id).stats["splits"] == 5  # 50 = 20+20+10; 30 = 20+10
