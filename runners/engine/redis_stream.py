@@ -32,6 +32,24 @@ COUNT_SUFFIX = "#entries"
 PAGE = 10_000
 
 _clients: dict[str, Any] = {}
+#: (id, payload size) of up to ARGV[2] entries from id ARGV[1]: planning needs no payloads
+_SIZES = """
+local entries = redis.call('XRANGE', KEYS[1], ARGV[1], '+', 'COUNT', tonumber(ARGV[2]))
+local out = {}
+for _, entry in ipairs(entries) do
+  local size = 0
+  local fields = entry[2]
+  for i = 1, #fields, 2 do
+    if fields[i] == ARGV[3] then
+      size = string.len(fields[i + 1])
+      break
+    end
+  end
+  out[#out + 1] = entry[1]
+  out[#out + 1] = size
+end
+return out
+"""
 
 
 def encode_id(entry_id: bytes | str) -> int:
@@ -51,11 +69,23 @@ def decode_id(offset: int) -> str:
 
 
 def _client(url: str) -> Any:
+    """A client per URL and process whose XRANGE returns the server's reply as it is (flat
+    field lists, no dict per entry: reading is the hot path)."""
     if url not in _clients:
         import redis
 
-        _clients[url] = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
+        client = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=10)
+        client.set_response_callback("XRANGE", lambda response, **_: response)
+        _clients[url] = client
     return _clients[url]
+
+
+def _field(fields: Sequence[bytes], name: bytes) -> bytes | None:
+    """The value of `name` in a flat ``[field, value, …]`` list, None when absent."""
+    for i in range(0, len(fields) - 1, 2):
+        if fields[i] == name:
+            return fields[i + 1]
+    return None
 
 
 @dataclass(frozen=True)
@@ -215,15 +245,16 @@ class RedisStreamSource:
         self, r: Any, stream: str, position: int, limit: int | None
     ) -> Iterator[tuple[int, int]]:
         """``(offset, payload bytes)`` of the entries from `position`, at most `limit`."""
+        sizes = r.register_script(_SIZES)
         cursor, seen = position, 0
         while limit is None or seen < limit:
             want = PAGE if limit is None else min(PAGE, limit - seen)
-            page = r.xrange(stream, decode_id(cursor), "+", count=want)
-            for entry_id, fields in page:
-                cursor = encode_id(entry_id) + 1
-                yield cursor - 1, len(fields.get(self.payload_field.encode(), b""))
-            seen += len(page)
-            if len(page) < want:
+            flat = sizes(keys=[stream], args=[decode_id(cursor), want, self.payload_field])
+            for i in range(0, len(flat), 2):
+                cursor = encode_id(flat[i]) + 1
+                yield cursor - 1, int(flat[i + 1])
+            seen += len(flat) // 2
+            if len(flat) // 2 < want:
                 return
 
     def _ranges(
@@ -264,12 +295,14 @@ class RedisStreamSource:
             page = r.xrange(split.partition, decode_id(cursor), decode_id(last), count=PAGE)
             for entry_id, fields in page:
                 offset = encode_id(entry_id)
-                if key in fields:
-                    records.append((offset, fields[key]))
+                payload = _field(fields, key)
+                if payload is not None:
+                    records.append((offset, payload))
                 else:
-                    dead_missing.append((offset, json.dumps(
-                        {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
-                         for k, v in fields.items()}).encode()))  # fmt: skip
+                    pairs = zip(fields[::2], fields[1::2], strict=False)
+                    entry = {k.decode("utf-8", "replace"): v.decode("utf-8", "replace")
+                             for k, v in pairs}  # fmt: skip
+                    dead_missing.append((offset, json.dumps(entry).encode()))
                 cursor = offset + 1
             if len(page) < PAGE:
                 break
