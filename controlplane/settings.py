@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import dj_database_url
 
 from controlplane import config
@@ -27,6 +29,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",  # before controlplane.accounts: its login-failure handler runs first
     "controlplane.accounts",
     "controlplane.applications",
     "controlplane.lineage",
@@ -53,6 +56,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "axes.middleware.AxesMiddleware",
 ]
 
 # TLS deployments (behind an Ingress that terminates TLS): DJANGO_HTTPS=true turns on secure
@@ -107,6 +111,28 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Sign-ins: django-axes locks a username and address out after EPOCHAL_LOGIN_FAILURE_LIMIT
+# failures for EPOCHAL_LOGIN_LOCKOUT_MINUTES, counting in the shared cache (CACHE_URL);
+# controlplane/accounts/logins.py audits them.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
+AXES_FAILURE_LIMIT = config.env_int("EPOCHAL_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(minutes=config.env_int("EPOCHAL_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_LOCKOUT_TEMPLATE = "web/locked_out.html"
+AXES_VERBOSE = False
+AXES_ENABLE_ADMIN = False  # the cache handler keeps no attempt rows to show
+if CACHES["default"]["BACKEND"].endswith("LocMemCache"):
+    # Per-process counting is what one process (the demo, tests) wants; production sets
+    # CACHE_URL, and `check --deploy` warns when it does not (epochal.W001).
+    SILENCED_SYSTEM_CHECKS = ["axes.W001"]
 
 # Checked wherever a user is created or a password set: createuser, the admin, the API.
 AUTH_PASSWORD_VALIDATORS = [
@@ -218,6 +244,7 @@ SPECTACULAR_SETTINGS = {
         "OperationStateEnum": "controlplane.operations.models.OperationState",
         "OperationKindEnum": "controlplane.operations.models.OperationKind",
         "CommitKindEnum": "controlplane.lineage.models.COMMIT_KINDS",
+        "TokenStateEnum": "controlplane.accounts.models.TOKEN_STATES",
     },
 }
 EPOCHAL_AUDIT_READS = config.env_bool("EPOCHAL_AUDIT_READS", False)

@@ -100,3 +100,18 @@ def spark() -> Iterator[Any]:
     session = build_spark_session(master="local[2]", app_name="epochal-tests", conf=FAST_START_CONF)
     yield session
     session.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_local_cache() -> Iterator[None]:
+    """Login lockouts and throttles count in the cache; the in-process default (locmem) is
+    emptied before each test so no test inherits another's failed sign-ins."""
+    from django.conf import settings
+
+    if not settings.configured or not settings.CACHES["default"]["BACKEND"].endswith("LocMemCache"):
+        yield
+        return
+    from django.core.cache import cache
+
+    cache.clear()
+    yield

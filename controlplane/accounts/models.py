@@ -9,6 +9,7 @@ from django.db import models
 from django.utils import timezone
 
 SECRET_PREFIX = "epo_"
+TOKEN_STATES = ("active", "expired", "revoked")
 SHOWN_PREFIX_LENGTH = 12
 
 

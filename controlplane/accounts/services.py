@@ -31,7 +31,8 @@ def user_create(*, username: str, role: str, password: str | None = None, email:
             validate_password(password, user)
         except ValidationError as exc:
             raise InvalidRequest(
-                "the password is too weak", fields={"password": list(exc.messages)}
+                "the password is too weak: " + " ".join(exc.messages),
+                fields={"password": list(exc.messages)},
             ) from None
         user.set_password(password)
     else:

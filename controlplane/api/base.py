@@ -1,8 +1,9 @@
 """The base of every API view: role check, throttling, request audit.
 
-Every mutating request and every refused one (401/403) is written to the audit log with
-who, what (method and route), the target (path), the status code and an outcome; reads are
-recorded too when `EPOCHAL_AUDIT_READS=true`.
+Every mutating request and every refused one (403) is written to the audit log with who, what
+(method and route), the target (path), the status code and an outcome; reads are recorded too
+when `EPOCHAL_AUDIT_READS=true`. Anonymous refusals (401) are counted instead
+(controlplane/audit/rejections.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rest_framework.views import APIView
 
 from controlplane.accounts.roles import ADMIN, VIEWER
 from controlplane.api.permissions import HasRole
+from controlplane.audit.rejections import UNAUTHENTICATED, count_rejection
 from controlplane.audit.services import audit_request
 
 _CONVERTER = re.compile(r"<(?:\w+:)?(\w+)>")
@@ -42,7 +44,12 @@ def audit_api_request(request: Any, response: Any, *, source: str = "api") -> No
     """Record `request` when it mutates, was refused, or reads are audited."""
     method = request.method or ""
     status_code = int(response.status_code)
-    refused = status_code in (401, 403)
+    if status_code == 401:
+        # Anonymous: counted, not a row each (controlplane/audit/rejections.py). A known but
+        # revoked or expired token is audited by the authentication itself.
+        count_rejection(UNAUTHENTICATED, request)
+        return
+    refused = status_code == 403
     if method in SAFE_METHODS and not refused and not settings.EPOCHAL_AUDIT_READS:
         return
     match = getattr(request, "resolver_match", None)

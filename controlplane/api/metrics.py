@@ -19,7 +19,12 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count, Max
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 from rest_framework import authentication, exceptions, renderers
 from rest_framework.negotiation import BaseContentNegotiation
@@ -31,6 +36,7 @@ from rest_framework.views import APIView
 from controlplane.api.authentication import ApiTokenAuthentication
 from controlplane.api.base import audit_api_request
 from controlplane.applications.models import Application
+from controlplane.audit.rejections import rejection_totals
 from controlplane.autoscaler.models import AutoscaleDecision
 from controlplane.jobs.models import Job, JobState
 from controlplane.lineage.models import Branch, Snapshot
@@ -300,9 +306,25 @@ class DatabaseCollector(Collector):
         yield recommended
 
 
+class RejectionCollector(Collector):
+    """Anonymous rejections, counted in the shared cache (controlplane/audit/rejections.py)."""
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "epochal_rejections",
+            "Requests refused without writing an audit row: no or an unknown token, sign-ins "
+            "naming no user, sign-ins while locked out.",
+            labels=["kind"],
+        )
+        for kind, total in rejection_totals().items():
+            family.add_metric([kind], total)
+        yield family
+
+
 def render_metrics() -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(DatabaseCollector())
+    registry.register(RejectionCollector())
     return generate_latest(registry)
 
 

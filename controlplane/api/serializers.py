@@ -10,6 +10,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from controlplane.accounts.models import TOKEN_STATES
 from controlplane.accounts.roles import ROLES, user_role
 from controlplane.applications.models import (
     JOB_REFERENCE_PATTERN,
@@ -471,7 +472,7 @@ class TokenSerializer(serializers.Serializer):
     user = serializers.CharField(source="user.username")
     name = serializers.CharField()
     prefix = serializers.CharField(help_text="The secret's first characters, to recognise it.")
-    state = serializers.ChoiceField(choices=["active", "expired", "revoked"])
+    state = serializers.ChoiceField(choices=list(TOKEN_STATES))
     created_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField(allow_null=True)
     last_used_at = serializers.DateTimeField(

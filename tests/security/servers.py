@@ -53,7 +53,7 @@ def _free_port() -> int:
 
 
 @contextmanager
-def gunicorn(env: Mapping[str, str]) -> Iterator[str]:
+def gunicorn(env: Mapping[str, str], *, workers: int = 1) -> Iterator[str]:
     """`gunicorn controlplane.wsgi` as the Helm chart runs it; yields its base URL."""
     port = _free_port()
     process = subprocess.Popen(
@@ -63,7 +63,7 @@ def gunicorn(env: Mapping[str, str]) -> Iterator[str]:
             "gunicorn",
             "controlplane.wsgi",
             f"--bind=127.0.0.1:{port}",
-            "--workers=1",
+            f"--workers={workers}",
         ],
         cwd=PROJECT_ROOT,
         env=dict(env),
