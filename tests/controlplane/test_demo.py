@@ -75,6 +75,7 @@ def test_demo_refuses_nonsense_counts(tmp_path: Path) -> None:
     assert "must be positive" in done.stderr
 
 
+@pytest.mark.slow  # a second full demo (worker, job process) costs over a minute of CI
 @pytest.mark.spark
 @pytest.mark.services
 def test_demo_runs_the_job_from_a_rabbitmq_stream(

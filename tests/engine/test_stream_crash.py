@@ -73,11 +73,37 @@ def _state(repo: Repository, branch: str = "main") -> pd.DataFrame:
     return latest.sort_index()
 
 
-def test_sigkill_inside_epochs_while_publishing_then_restart_equals_failure_free_run(
+def test_sigkill_inside_an_epoch_while_publishing_then_restart_equals_failure_free_run(
     spark: Any,
     tmp_path: Path,
     log: tuple[str, Callable[[str, list[Any]], None]],
     monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # one kill and one restart at another parallelism per broker: the done criterion
+    # at the least CI cost (two job processes per broker); the slow sweep kills more often
+    _sweep(spark, tmp_path, log, monkeypatch, kills=1, seed=19)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [20, 21])
+def test_sigkill_sweep_long(
+    spark: Any,
+    tmp_path: Path,
+    log: tuple[str, Callable[[str, list[Any]], None]],
+    monkeypatch: pytest.MonkeyPatch,
+    seed: int,
+) -> None:
+    _sweep(spark, tmp_path, log, monkeypatch, kills=4, seed=seed)
+
+
+def _sweep(
+    spark: Any,
+    tmp_path: Path,
+    log: tuple[str, Callable[[str, list[Any]], None]],
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    kills: int,
+    seed: int,
 ) -> None:
     spec, send = log
     names = spec.rpartition("|")[2].split(",")
@@ -96,7 +122,7 @@ def test_sigkill_inside_epochs_while_publishing_then_restart_equals_failure_free
     store = f"file://{tmp_path}/store"
     env = {STREAM_ENV: spec}
     try:
-        for n, delay in random_kills(2, seed=19):
+        for n, delay in random_kills(kills, seed=seed):
             run = run_job(store=store, namespace="crash", data="", job=JOB, extra_env=env,
                           kill_after_epoch_start=(n, delay))  # fmt: skip
             assert run.killed, run.events
