@@ -37,6 +37,7 @@ INSTALLED_APPS = [
     "controlplane.operations",
     "controlplane.audit",
     "controlplane.autoscaler",
+    "controlplane.changes",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -247,6 +248,10 @@ SPECTACULAR_SETTINGS = {
         "TokenStateEnum": "controlplane.accounts.models.TOKEN_STATES",
     },
 }
+# Watches (?watch=S on job, operation, log and lineage reads): the longest wait, and how many
+# may wait at once per server process (each holds a gunicorn thread; see docs/api.md).
+EPOCHAL_WATCH_MAX_S = float(config.env("EPOCHAL_WATCH_MAX_S", "60"))
+EPOCHAL_WATCH_SLOTS = int(config.env("EPOCHAL_WATCH_SLOTS", "24"))
 EPOCHAL_AUDIT_READS = config.env_bool("EPOCHAL_AUDIT_READS", False)
 EPOCHAL_API_RATE = config.env("EPOCHAL_API_RATE", "100000/hour")
 EPOCHAL_METRICS_TOKEN = config.env("EPOCHAL_METRICS_TOKEN", "")

@@ -47,3 +47,19 @@ def assign_role(user: Any, role: str) -> None:
     user.groups.add(group)
     if hasattr(user, "_epochal_role"):
         del user._epochal_role
+
+
+def role_subquery(user: Any) -> Any:
+    """An SQL expression for the highest role of the user `user` (an `OuterRef` to a user id):
+    lets a query that loads users load their roles too (`remember_role`), one query for all."""
+    from django.contrib.auth.models import Group
+    from django.db.models import Case, IntegerField, Subquery, Value, When
+
+    rank = Case(*(When(name=r, then=Value(_RANK[r])) for r in ROLES), output_field=IntegerField())
+    groups = Group.objects.filter(user=user, name__in=ROLES).annotate(rank=rank)
+    return Subquery(groups.order_by("-rank").values("name")[:1])
+
+
+def remember_role(user: Any, role: str | None) -> None:
+    """Record the role a query loaded with `role_subquery`, so `user_role` asks no more."""
+    user._epochal_role = role

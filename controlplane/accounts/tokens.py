@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import OuterRef
 from django.utils import timezone
 
 from controlplane.accounts.models import (
@@ -19,6 +20,7 @@ from controlplane.accounts.models import (
     ApiToken,
     token_digest,
 )
+from controlplane.accounts.roles import remember_role, role_subquery
 from controlplane.audit.services import audit_request
 from controlplane.errors import Conflict, InvalidRequest
 
@@ -122,9 +124,15 @@ def token_rotate(*, token: ApiToken, actor: Any = None, source: str = "api") -> 
 def token_authenticate(secret: str) -> tuple[Any, ApiToken | None]:
     """(user, token) for a usable `secret`; (None, token) for a revoked or expired one, or
     one of an inactive user; (None, None) for an unknown one."""
-    token = ApiToken.objects.select_related("user").filter(digest=token_digest(secret)).first()
+    token = (
+        ApiToken.objects.select_related("user")
+        .annotate(user_role=role_subquery(OuterRef("user_id")))  # no second query for the role
+        .filter(digest=token_digest(secret))
+        .first()
+    )
     if token is None:
         return None, None
+    remember_role(token.user, token.user_role)  # type: ignore[attr-defined]
     if token.state != "active" or not token.user.is_active:
         return None, token
     now = timezone.now()

@@ -16,6 +16,28 @@ def application_get(*, name: str) -> Application:
         raise UnknownApplicationError(name) from None
 
 
+_IDS: dict[str, int] = {}  # name -> id: applications are never renamed
+_MAX_IDS = 10_000
+
+
+def application_ref(*, name: str) -> Application:
+    """Application `name` carrying only its id and name — for reads of the lineage index,
+    which need nothing else. Ids are remembered per process (no query after the first);
+    `application_forget` drops one (saves and deletes do, and a read that found nothing)."""
+    pk = _IDS.get(name)
+    if pk is None:
+        pk = Application.objects.filter(name=name).values_list("pk", flat=True).first()
+        if pk is None:
+            raise UnknownApplicationError(name)
+        if len(_IDS) < _MAX_IDS:
+            _IDS[name] = pk
+    return Application(pk=pk, name=name)
+
+
+def application_forget(name: str) -> None:
+    _IDS.pop(name, None)
+
+
 def application_list() -> list[Application]:
     return list(Application.objects.order_by("name"))
 

@@ -8,14 +8,18 @@ from controlplane.errors import NotFound
 from controlplane.jobs.models import Job, Run, RunPhase
 
 
+def job_not_found(name: str) -> NotFound:
+    return NotFound(
+        f"no job named {name!r}; list jobs with `epochal jobs` or GET /api/jobs/",
+        code="job_not_found",
+    )
+
+
 def job_get(*, name: str) -> Job:
     try:
         return Job.objects.select_related("application", "version").get(name=name)
     except Job.DoesNotExist:
-        raise NotFound(
-            f"no job named {name!r}; list jobs with `epochal jobs` or GET /api/jobs/",
-            code="job_not_found",
-        ) from None
+        raise job_not_found(name) from None
 
 
 def job_list(*, application: str | None = None, state: str | None = None) -> QuerySet[Job]:

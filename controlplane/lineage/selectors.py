@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any
 
 from django.db import connection
+from django.db.models.expressions import RawSQL
 from django.utils.dateparse import parse_datetime
 
 from controlplane.applications.models import Application
@@ -140,8 +141,12 @@ class _Point:
 
 def snapshot_get(*, application: Application, rev: str) -> Snapshot:
     """The snapshot `rev` names: a 64-hex id, ``heads/x``, ``tags/y``, or a bare branch
-    then tag name. UnknownRevisionError otherwise."""
-    return Snapshot.objects.get(pk=_resolve(application, rev)[0].pk)
+    then tag name. UnknownRevisionError otherwise. One statement."""
+    sql, params = _point_sql(application, rev)
+    found = Snapshot.objects.filter(pk=RawSQL(f"SELECT id FROM ({sql}) AS point", params)).first()
+    if found is None:
+        raise UnknownRevisionError(application.name, rev)
+    return found
 
 
 _Seed = tuple[str, list[Any]]  # SQL selecting at most one (chain_id, generation) row, params
@@ -214,6 +219,44 @@ def _seed_at(point: _Point) -> _Seed:
 # -- history --------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class LogStart:
+    """Where a log begins: `version` names the snapshot the revision resolved to (its chain
+    and generation), so a branch's log changes exactly when its head moves."""
+
+    first_parent: bool
+    version: str
+    reach: Mapping[int, int] = field(default_factory=dict)
+    path: Sequence[tuple[int, int, int]] = ()
+
+
+def snapshot_log_start(*, application: Application, rev: str, first_parent: bool) -> LogStart:
+    """Resolve `rev` and walk the chain graph (one statement); pages come from
+    `snapshot_log_page`."""
+    if first_parent:
+        path = _first_parent_path(application, rev)
+        return LogStart(True, f"{path[0][0]}.{path[0][1]}", path=path)
+    reach = _reach_of(application, rev)
+    chain, top = max(reach.items(), key=lambda item: item[1])  # the start outranks its history
+    return LogStart(False, f"{chain}.{top}", reach=reach)
+
+
+def snapshot_log_page(start: LogStart, *, limit: int = 100, cursor: str | None = None) -> LogPage:
+    """A page of the log `start` began, newest first; pass `next_cursor` back for more."""
+    limit = _check_limit(limit)
+    after = _parse_cursor(cursor)
+    if start.first_parent:
+        rows = _first_parent_rows(start.path, limit + 1, after)
+    else:
+        found = _ancestor_rows(start.reach, limit + 1, after, summaries=True)
+        rows = [_summary(row[3:]) for row in found]
+    more = len(rows) > limit
+    snapshots = rows[:limit]
+    tail = snapshots[-1] if snapshots else None
+    next_cursor = f"{tail.generation}:{tail.snapshot_id}" if more and tail else None
+    return LogPage(snapshots, next_cursor)
+
+
 def snapshot_log(
     *,
     application: Application,
@@ -223,19 +266,10 @@ def snapshot_log(
     cursor: str | None = None,
 ) -> LogPage:
     """History of `rev`, newest first, `limit` at a time; pass `next_cursor` back for more."""
-    limit = _check_limit(limit)
-    after = _parse_cursor(cursor)
-    if first_parent:
-        rows = _first_parent_rows(_first_parent_path(application, rev), limit + 1, after)
-    else:
-        reach = _reach_of(application, rev)
-        found = _ancestor_rows(reach, limit + 1, after, summaries=True)
-        rows = [_summary(row[3:]) for row in found]
-    more = len(rows) > limit
-    snapshots = rows[:limit]
-    tail = snapshots[-1] if snapshots else None
-    next_cursor = f"{tail.generation}:{tail.snapshot_id}" if more and tail else None
-    return LogPage(snapshots, next_cursor)
+    _check_limit(limit)
+    _parse_cursor(cursor)
+    start = snapshot_log_start(application=application, rev=rev, first_parent=first_parent)
+    return snapshot_log_page(start, limit=limit, cursor=cursor)
 
 
 def snapshot_ancestors(
@@ -298,11 +332,31 @@ def lineage_graph_page(
             raise InvalidCursorError(cursor)
         where += " AND id < %s"
         params.append(int(cursor))
-    rows = _summaries(
-        f"SELECT {_SUMMARY_COLUMNS} FROM {_SNAPSHOT} WHERE {where} ORDER BY id DESC LIMIT %s",
-        [*params, limit + 1],
+    refs_sql = (
+        f"SELECT head_id AS target, 'heads/' || name AS ref FROM {_BRANCH} "
+        "WHERE application_id = %s AND head_id IS NOT NULL UNION ALL "
+        f"SELECT target_id, 'tags/' || name FROM {_TAG} "
+        "WHERE application_id = %s AND target_id IS NOT NULL"
     )
+    # The page and the refs pointing into it in one statement (a row per ref).
+    sql = (
+        f"SELECT s.*, r.ref FROM (SELECT {_SUMMARY_COLUMNS} FROM {_SNAPSHOT} WHERE {where} "
+        f"ORDER BY id DESC LIMIT %s) AS s LEFT JOIN ({refs_sql}) AS r ON r.target = s.id "
+        "ORDER BY s.id DESC, r.ref"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, limit + 1, application.pk, application.pk])
+        found = cursor.fetchall()
+    rows: list[tuple[int, SnapshotSummary]] = []
+    refs: dict[str, list[str]] = {}
+    for row in found:
+        if not rows or rows[-1][0] != row[0]:
+            rows.append((row[0], _summary(row)))
+        if row[-1] is not None:
+            refs.setdefault(row[1], []).append(row[-1])
     more = len(rows) > limit
+    if more:
+        refs.pop(rows[limit][1].snapshot_id, None)
     rows = rows[:limit]
     snapshots = [s for _, s in rows]
     edges = [
@@ -311,16 +365,6 @@ def lineage_graph_page(
         for position, parent in enumerate(s.parent_ids)
     ]
     pks = [pk for pk, _ in rows]
-    by_pk = {pk: s.snapshot_id for pk, s in rows}
-    refs: dict[str, list[str]] = {}
-    for name, pk in Branch.objects.filter(application=application, head_id__in=pks).values_list(
-        "name", "head_id"
-    ):
-        refs.setdefault(by_pk[pk], []).append(f"heads/{name}")
-    for name, pk in Tag.objects.filter(application=application, target_id__in=pks).values_list(
-        "name", "target_id"
-    ):
-        refs.setdefault(by_pk[pk], []).append(f"tags/{name}")
     return GraphPage(snapshots, edges, refs, str(pks[-1]) if more and pks else None)
 
 

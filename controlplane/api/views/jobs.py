@@ -10,6 +10,13 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
 from controlplane.api.base import ApiView
+from controlplane.api.conditional import (
+    etag_for,
+    matches,
+    not_modified_after_watch,
+    tag,
+    watching,
+)
 from controlplane.api.pagination import PAGE_PARAMETERS, KeysetPagination, page_of
 from controlplane.api.schema import error
 from controlplane.api.serializers import (
@@ -20,11 +27,13 @@ from controlplane.api.serializers import (
     RunSerializer,
 )
 from controlplane.applications.selectors import application_get, version_get, version_latest
+from controlplane.changes.feed import wait_for_change
+from controlplane.changes.keys import job_key
 from controlplane.errors import InvalidRequest
 from controlplane.jobs import selectors, services
 from controlplane.jobs.models import JobState
 from controlplane.lineage.selectors import branch_head
-from controlplane.operations.selectors import operation_active_for_job
+from controlplane.operations.selectors import job_overview
 
 TAGS = ["jobs"]
 MAX_LOG_LINES = 5000
@@ -94,16 +103,25 @@ class JobListView(ApiView):
 class JobDetailView(ApiView):
     @extend_schema(tags=TAGS, responses={200: JobDetailSerializer})
     def get(self, request: Request, name: str) -> Response:
-        job = selectors.job_get(name=name)
-        head = branch_head(application=job.application, branch=job.branch)
+        job = job_overview(name=name)
+        etag = etag_for(request, "job", job.pk, job.revision)  # type: ignore[attr-defined]
+        if matches(request, etag):
+            with watching(request) as deadline:
+                changed = deadline is not None and wait_for_change(
+                    job_key(job.pk), job.revision, deadline=deadline, release_connection=True
+                )
+            if not changed:
+                return not_modified_after_watch(request, etag)
+            job = job_overview(name=name)
+            etag = etag_for(request, "job", job.pk, job.revision)  # type: ignore[attr-defined]
         ctx = {
             "request": request,
             "application": job.application.name,
-            "current_run": selectors.job_current_run(job),
-            "active_operation": operation_active_for_job(job_id=job.pk),
-            "head": head,
+            "current_run": job.latest_run,  # type: ignore[attr-defined]
+            "active_operation": job.active_operation,  # type: ignore[attr-defined]
+            "head": branch_head(application=job.application, branch=job.branch),
         }
-        return Response(JobDetailSerializer(job, context=ctx).data)
+        return tag(Response(JobDetailSerializer(job, context=ctx).data), etag)
 
 
 class JobRunListView(ApiView):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import serializers
@@ -9,6 +12,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.base import ApiView
+from controlplane.api.conditional import (
+    etag_for,
+    matches,
+    not_modified_after_watch,
+    tag,
+    watch_seconds,
+    watching,
+)
 from controlplane.api.pagination import (
     PAGE_PARAMETERS,
     page_limit,
@@ -27,9 +38,27 @@ from controlplane.api.serializers import (
     snapshot_summaries,
     snapshot_url_prefix,
 )
-from controlplane.applications.selectors import application_get
+from controlplane.applications.models import Application
+from controlplane.applications.selectors import application_forget, application_get, application_ref
+from controlplane.changes.feed import wait_for_change
+from controlplane.changes.keys import lineage_key
+from controlplane.changes.selectors import revision
 from controlplane.errors import InvalidRequest
 from controlplane.lineage import selectors, store_reads
+from controlplane.lineage.errors import UnknownRevisionError
+
+_T = TypeVar("_T")
+
+
+def _indexed(name: str, read: Callable[[Application], _T]) -> _T:
+    """`read` the index of application `name` (known by id only, see `application_ref`);
+    when it finds nothing, check once more with the application read afresh."""
+    try:
+        return read(application_ref(name=name))
+    except UnknownRevisionError:
+        application_forget(name)
+        return read(application_get(name=name))
+
 
 TAGS = ["lineage"]
 
@@ -48,7 +77,7 @@ class BranchListView(ApiView):
         responses={200: page_of(BranchSerializer, "BranchPage")},
     )
     def get(self, request: Request, name: str) -> Response:
-        application = application_get(name=name)
+        application = application_ref(name=name)
         items, cursor = sequence_page(request, selectors.branch_list(application=application))
         data = BranchSerializer(items, many=True).data
         return Response(page_response_data(request, data, cursor))
@@ -61,7 +90,7 @@ class TagListView(ApiView):
         responses={200: page_of(TagSerializer, "TagPage")},
     )
     def get(self, request: Request, name: str) -> Response:
-        application = application_get(name=name)
+        application = application_ref(name=name)
         items, cursor = sequence_page(request, selectors.tag_list(application=application))
         return Response(page_response_data(request, TagSerializer(items, many=True).data, cursor))
 
@@ -89,16 +118,38 @@ class SnapshotLogView(ApiView):
         },
     )
     def get(self, request: Request, name: str) -> Response:
-        application = application_get(name=name)
-        page = selectors.snapshot_log(
-            application=application,
-            rev=request.query_params.get("rev") or "main",
-            first_parent=_flag(request, "first_parent"),
-            limit=page_limit(request),
-            cursor=request.query_params.get("cursor") or None,
-        )
-        data = snapshot_summaries(page.snapshots, snapshot_url_prefix(request, application.name))
-        return Response(page_response_data(request, data, page.next_cursor))
+        rev = request.query_params.get("rev") or "main"
+        first_parent = _flag(request, "first_parent")
+        limit = page_limit(request)
+        cursor = request.query_params.get("cursor") or None
+
+        def begin() -> tuple[selectors.LogStart, str]:
+            start = _indexed(
+                name,
+                lambda application: selectors.snapshot_log_start(
+                    application=application, rev=rev, first_parent=first_parent
+                ),
+            )
+            # The page is fixed by where the log starts (histories never change) and the query.
+            return start, etag_for(request, "log", start.version, first_parent, limit, cursor or "")
+
+        watch = watch_seconds(request) > 0 and "If-None-Match" in request.headers
+        key = lineage_key(application_ref(name=name).pk)
+        seen = revision(key) if watch else 0  # before the log: no commit falls in between
+        start, etag = begin()
+        if matches(request, etag):
+            with watching(request) as deadline:
+                while deadline is not None and matches(request, etag):
+                    now = wait_for_change(key, seen, deadline=deadline, release_connection=True)
+                    if now is None:
+                        break
+                    seen = now  # a commit somewhere in the application: did this log move?
+                    start, etag = begin()
+            if matches(request, etag):
+                return not_modified_after_watch(request, etag)
+        page = selectors.snapshot_log_page(start, limit=limit, cursor=cursor)
+        data = snapshot_summaries(page.snapshots, snapshot_url_prefix(request, name))
+        return tag(Response(page_response_data(request, data, page.next_cursor)), etag)
 
 
 class SnapshotDetailView(ApiView):
@@ -157,12 +208,21 @@ class LineageGraphView(ApiView):
         },
     )
     def get(self, request: Request, name: str) -> Response:
-        application = application_get(name=name)
-        page = selectors.lineage_graph_page(
-            application=application,
-            limit=page_limit(request, default=200),
-            cursor=request.query_params.get("cursor") or None,
-        )
+        application = application_ref(name=name)
+        limit = page_limit(request, default=200)
+        cursor = request.query_params.get("cursor") or None
+        key = lineage_key(application.pk)
+        seen = revision(key)
+        etag = etag_for(request, "lineage", application.pk, seen)
+        if matches(request, etag):
+            with watching(request) as deadline:
+                changed = deadline is not None and wait_for_change(
+                    key, seen, deadline=deadline, release_connection=True
+                )
+            if not changed:
+                return not_modified_after_watch(request, etag)
+            etag = etag_for(request, "lineage", application.pk, changed)
+        page = selectors.lineage_graph_page(application=application, limit=limit, cursor=cursor)
         prefix = snapshot_url_prefix(request, application.name)
         data = page_response_data(
             request, snapshot_summaries(page.snapshots, prefix), page.next_cursor
@@ -171,4 +231,4 @@ class LineageGraphView(ApiView):
             {"child": e.child, "parent": e.parent, "position": e.position} for e in page.edges
         ]
         data["refs"] = page.refs
-        return Response(data)
+        return tag(Response(data), etag)

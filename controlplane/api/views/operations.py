@@ -14,11 +14,20 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
 from controlplane.api.base import ApiView
+from controlplane.api.conditional import (
+    etag_for,
+    matches,
+    not_modified_after_watch,
+    tag,
+    watching,
+)
 from controlplane.api.pagination import PAGE_PARAMETERS, KeysetPagination, page_of
 from controlplane.api.schema import error
 from controlplane.api.serializers import OperationRequestSerializer, OperationSerializer
 from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_get
+from controlplane.changes.feed import wait_for_change
+from controlplane.changes.keys import operation_key
 from controlplane.errors import Conflict, InvalidRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.selectors import job_get
@@ -151,7 +160,21 @@ class OperationDetailView(ApiView):
     @extend_schema(tags=TAGS, responses={200: OperationSerializer})
     def get(self, request: Request, operation_id: str) -> Response:
         operation = selectors.operation_get(operation_id=operation_id)
-        return Response(OperationSerializer(operation, context={"request": request}).data)
+        etag = etag_for(request, "operation", operation.pk.hex, operation.revision)  # type: ignore[attr-defined]
+        if matches(request, etag):
+            with watching(request) as deadline:
+                changed = deadline is not None and wait_for_change(
+                    operation_key(operation.pk),
+                    operation.revision,  # type: ignore[attr-defined]
+                    deadline=deadline,
+                    release_connection=True,
+                )
+            if not changed:
+                return not_modified_after_watch(request, etag)
+            operation = selectors.operation_get(operation_id=operation_id)
+            etag = etag_for(request, "operation", operation.pk.hex, operation.revision)  # type: ignore[attr-defined]
+        data = OperationSerializer(operation, context={"request": request}).data
+        return tag(Response(data), etag)
 
 
 class OperationCancelView(ApiView):

@@ -1,0 +1,140 @@
+"""Waiting for a change without polling: `wait_for_change(key, seen, deadline=…)`.
+
+On PostgreSQL each process keeps one listener thread on its own connection
+(``LISTEN epochal_changes``) that wakes the waiters of the key a notification names; a
+waiter then reads the key's revision once (one index probe) to confirm. Nothing runs while
+nothing changes: an idle watch costs no CPU and, with `release_connection`, holds no
+database connection either. Without a listener (SQLite, or while the listener reconnects)
+waiters read the revision every `POLL_S` seconds instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+from django.db import connection
+
+from controlplane.changes.keys import CHANNEL
+from controlplane.changes.selectors import revision
+
+POLL_S = 0.5
+RETRY_S = 1.0
+STOP_CHECK_S = 1.0
+logger = logging.getLogger(__name__)
+
+
+class _Listener:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiters: defaultdict[str, set[threading.Event]] = defaultdict(set)
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self.listening = threading.Event()
+
+    def register(self, key: str) -> threading.Event:
+        event = threading.Event()
+        with self._lock:
+            self._waiters[key].add(event)
+            if self._thread is None and connection.vendor == "postgresql":
+                self._thread = threading.Thread(
+                    target=self._run, args=(_conninfo(),), name="epochal-changes", daemon=True
+                )
+                self._thread.start()
+        return event
+
+    def unregister(self, key: str, event: threading.Event) -> None:
+        with self._lock:
+            waiting = self._waiters.get(key)
+            if waiting is not None:
+                waiting.discard(event)
+                if not waiting:
+                    del self._waiters[key]
+
+    def _wake(self, key: str | None) -> None:
+        with self._lock:
+            if key is None:
+                events = [e for waiting in self._waiters.values() for e in waiting]
+            else:
+                events = list(self._waiters.get(key, ()))
+        for event in events:
+            event.set()
+
+    def _run(self, conninfo: dict[str, Any]) -> None:
+        import psycopg
+
+        while not self._stopping:
+            try:
+                with psycopg.connect(**conninfo, autocommit=True) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    self.listening.set()
+                    self._wake(None)  # whatever changed while nobody listened
+                    while not self._stopping:  # a look at the flag once a second
+                        for note in conn.notifies(timeout=STOP_CHECK_S):
+                            self._wake(note.payload)
+            except Exception:  # the database went away: poll until it is back
+                if not self._stopping:
+                    logger.warning("change listener lost its connection; retrying", exc_info=True)
+            self.listening.clear()
+            self._wake(None)
+            if not self._stopping:
+                time.sleep(RETRY_S)
+
+    def stop(self) -> None:
+        """End the listener thread and close its connection (tests, before the database is
+        dropped); the next `register` starts a new one."""
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stopping = True
+        if thread is None:
+            self._stopping = False
+            return
+        thread.join(timeout=2 * STOP_CHECK_S + RETRY_S)
+        self._stopping = False
+
+
+def _conninfo() -> dict[str, Any]:
+    settings = connection.settings_dict
+    info = {
+        "dbname": settings["NAME"],
+        "user": settings.get("USER") or None,
+        "password": settings.get("PASSWORD") or None,
+        "host": settings.get("HOST") or None,
+        "port": settings.get("PORT") or None,
+        "application_name": "epochal-changes",
+    }
+    return {k: v for k, v in info.items() if v is not None}
+
+
+_LISTENER = _Listener()
+
+
+def stop_listening() -> None:
+    _LISTENER.stop()
+
+
+def wait_for_change(
+    key: str, seen: int, *, deadline: float, release_connection: bool = False
+) -> int | None:
+    """Block until the revision of `key` is no longer `seen`; the new revision, or None when
+    `deadline` (a `time.monotonic()` instant) passes first. `release_connection` gives the
+    thread's database connection back while waiting (a web request's watch)."""
+    event = _LISTENER.register(key)
+    try:
+        while True:
+            current = revision(key)
+            if current != seen:
+                return current
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if release_connection:
+                connection.close()
+            listening = _LISTENER.listening.is_set()
+            event.wait(remaining if listening else min(remaining, POLL_S))
+            event.clear()
+    finally:
+        _LISTENER.unregister(key, event)

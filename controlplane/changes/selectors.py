@@ -1,0 +1,44 @@
+"""Revisions: the newest change id of a key (0 when nothing was recorded since the install)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+from django.db.models import BigIntegerField, CharField, OuterRef, Subquery, Value
+from django.db.models.functions import Cast, Coalesce, Concat
+
+from controlplane.changes.models import Change
+
+_CHANGE = Change._meta.db_table
+
+
+def revision(key: str) -> int:
+    """The revision of `key`: one index probe."""
+    found = Change.objects.filter(key=key).order_by("-id").values_list("id", flat=True).first()
+    return int(found or 0)
+
+
+def named_revision(*, table: str, name: str, prefix: str) -> tuple[int, int] | None:
+    """(id, revision) of the row of `table` called `name` whose changes are recorded under
+    ``<prefix>:<id>``, in one statement; None when there is no such row."""
+    sql = (
+        f"SELECT t.id, (SELECT MAX(c.id) FROM {_CHANGE} c WHERE c.key = %s || t.id) "
+        f"FROM {table} t WHERE t.name = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [f"{prefix}:", name])
+        row = cursor.fetchone()
+    return None if row is None else (int(row[0]), int(row[1] or 0))
+
+
+def revision_subquery(key: Any) -> Any:
+    """An SQL expression for the revision of `key` (a string or an expression), to annotate
+    a query with so the revision comes with the rows it describes — in the same statement."""
+    newest = Change.objects.filter(key=key).order_by("-id").values("id")[:1]
+    return Coalesce(Subquery(newest), Value(0), output_field=BigIntegerField())
+
+
+def job_key_expression(job_id: str = "pk") -> Any:
+    """``'job:' || <job_id>`` in SQL (`job_id` names the job id column of the outer query)."""
+    return Concat(Value("job:"), Cast(OuterRef(job_id), CharField()), output_field=CharField())
