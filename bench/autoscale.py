@@ -263,7 +263,9 @@ def output_checksum(repo: Any) -> list[tuple[int, int, int]]:
 def analyse(rows: list[EpochRow], loads: list[int], start_p: int) -> dict[str, Any]:
     high = 4 * min(loads)
     step = next((r.epoch for r in rows if r.records_in == high), None)
-    ups = [r for r in rows if step is not None and r.epoch >= step and r.parallelism > start_p]
+    # the parallelism the load step met (the policy may have moved off start_p before it)
+    at_step = next((r.parallelism for r in rows if r.epoch == step), start_p)
+    ups = [r for r in rows if step is not None and r.epoch >= step and r.parallelism > at_step]
     first_up = ups[0].epoch if ups else None
     reaction = None if step is None or first_up is None else first_up - step
     flat = [r for r in rows if r.records_in == high and first_up and r.epoch >= first_up]
@@ -273,6 +275,7 @@ def analyse(rows: list[EpochRow], loads: list[int], start_p: int) -> dict[str, A
     lost = abs(len(loads) - len(rows)) + sum(1 for a, b in zip(read, loads, strict=False) if a != b)
     return {
         "step_epoch": step,
+        "parallelism_at_step": at_step,
         "first_scale_up_epoch": first_up,
         "reaction_epochs": reaction,
         "flaps": flaps,

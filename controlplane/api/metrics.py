@@ -42,6 +42,7 @@ from controlplane.jobs.models import Job, JobState
 from controlplane.lineage.models import Branch, Snapshot
 from controlplane.operations.models import Operation, OperationKind, OperationState
 from controlplane.operations.webs import head_inputs
+from runners.engine.fan_in import flatten_inputs
 
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 COMMIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -226,7 +227,7 @@ class DatabaseCollector(Collector):
             _epoch, stats, snapshot_id = head
             edges: list[int] = []
             inputs = head_inputs(store_url or app_store, namespace, snapshot_id)
-            for source, doc in sorted(inputs.items()):
+            for source, doc in flatten_inputs(inputs):
                 upstream = by_location.get((doc.get("namespace"), doc.get("branch")))
                 if upstream is None:
                     continue

@@ -19,7 +19,8 @@ from controlplane.errors import InvalidRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.store import job_repository
 from runners.engine.alignment import alignment_status
-from runners.engine.branch_source import INPUTS, BranchOutputSource
+from runners.engine.branch_source import INPUTS, BranchOutputSource, upstream_epochs
+from runners.engine.fan_in import fan_in_offsets, flatten_inputs
 from snapshots_store import StoreError
 
 #: a downstream more than this many upstream epochs behind raises the lag alarm
@@ -96,7 +97,7 @@ def web_edges(jobs: Iterable[Job] | None = None) -> list[Edge]:
     by_location = {(j.application.store_namespace, j.branch): j for j in jobs}
     edges = []
     for job in jobs:
-        for source, doc in sorted(_inputs(job).items()):
+        for source, doc in flatten_inputs(_inputs(job)):
             if doc.get("kind") != "branch_output":
                 continue
             upstream = by_location.get((str(doc.get("namespace")), str(doc.get("branch"))))
@@ -151,6 +152,28 @@ def validate_web(extra: Iterable[tuple[str, str]] = ()) -> None:
         )
 
 
+def _fan_in_status(repo: Any, branch: str, upstream: Job, edge_source: str) -> dict[str, Any]:
+    """An upstream edge of a fan-in: always merged at the marker; lag = upstream epochs
+    committed and not read yet."""
+    fan, name = edge_source.split("/", 1)
+    head = repo.read_ref(f"heads/{branch}")
+    manifest = None if head is None else repo.read_manifest(head.target)
+    offsets = {} if manifest is None else manifest.offsets.get(fan, {})
+    read = int(fan_in_offsets(offsets, name).get("epoch", 0))
+    source = source_for(upstream, name=name)
+    epochs = upstream_epochs(source.repo(), source.branch)
+    latest = epochs[-1].epoch if epochs else 0
+    inputs = {} if manifest is None else dict(flatten_inputs(manifest.extra.get(INPUTS) or {}))
+    return {
+        "state": "merged",
+        "downstream_epoch": 0 if manifest is None else manifest.epoch,
+        "consumed_epoch": read,
+        "upstream_epoch": latest,
+        "lag": sum(1 for e in epochs if e.epoch > read),
+        "marker_ms": inputs.get(edge_source, {}).get("marker_ms"),
+    }
+
+
 def web_graph() -> dict[str, Any]:
     """Nodes (jobs) and edges with alignment state, lag and the lag alarm."""
     jobs = list(Job.objects.select_related("application").order_by("name"))
@@ -178,11 +201,14 @@ def web_graph() -> dict[str, Any]:
     edges = []
     for edge in web_edges(jobs):
         down = by_name[edge.downstream]
-        source = source_for(by_name[edge.upstream], name=edge.source)
         repo = job_repository(down)
         try:
-            status = alignment_status(repo, down.branch, source, repo.read_control(down.branch)[0])
-            info = status.to_dict()
+            if "/" in edge.source:  # one upstream of a fan-in (runners/engine/fan_in.py)
+                info = _fan_in_status(repo, down.branch, by_name[edge.upstream], edge.source)
+            else:
+                source = source_for(by_name[edge.upstream], name=edge.source)
+                control = repo.read_control(down.branch)[0]
+                info = alignment_status(repo, down.branch, source, control).to_dict()
         except StoreError as exc:
             info = {"state": "unknown", "lag": None, "error": str(exc)}
         lag = info.get("lag")

@@ -120,6 +120,20 @@ class BranchOutputSource:
     schema: Mapping[str, str] | None = None
     #: set on the driver for the epoch being planned (see `prepare_epoch`)
     aligned: bool = field(default=False, compare=False)
+    #: a hot-swap re-pointed this source (control document ``repoint.<name>``, see
+    #: `prepare_epoch`): read `branch` up to ``at_epoch``, ``to_branch`` after it
+    repoint: Mapping[str, Any] | None = field(default=None, compare=False)
+
+    def _branches(self, committed: Mapping[str, int]) -> tuple[str, int | None, str | None]:
+        """(branch to read now, the last epoch it may give or None, the branch the epoch read
+        last lives on when it is another one)."""
+        point = self.repoint
+        if point is None:
+            return self.branch, None, None
+        at = int(point["at_epoch"])
+        if int(committed.get(EPOCH_PARTITION, 0)) < at:
+            return self.branch, at, None  # never read past the swap epoch on the old branch
+        return str(point["to_branch"]), None, self.branch
 
     def repo(self) -> Repository:
         return _open(self.store_url, self.namespace)
@@ -153,13 +167,30 @@ class BranchOutputSource:
             "only upstream commits still on the branch (rewind_point)"
         )
 
-    def plan(self, committed: Mapping[str, int]) -> list[Split]:
-        epochs = upstream_epochs(self.repo(), self.branch)
+    def _start(self, committed: Mapping[str, int]) -> tuple[list[UpstreamEpoch], int, int | None]:
+        """The upstream epochs of the branch to read now, the index after the one read last,
+        and the last epoch that may be read (a re-point's swap epoch, else None)."""
+        branch, until, previous_branch = self._branches(committed)
+        epochs = upstream_epochs(self.repo(), branch)
         start, problem = self._position(epochs, committed)
+        if problem is not None and previous_branch is not None:
+            # just re-pointed: the epoch read last is the old job's, on the old branch
+            _, old_problem = self._position(
+                upstream_epochs(self.repo(), previous_branch), committed
+            )
+            if old_problem is None:
+                n = int(committed.get(EPOCH_PARTITION, 0))
+                start, problem = sum(1 for e in epochs if e.epoch <= n), None
         if problem is not None:
             raise UpstreamRewoundError(problem, int(committed.get(EPOCH_PARTITION, 0)))
+        return epochs, start, until
+
+    def plan(self, committed: Mapping[str, int]) -> list[Split]:
+        epochs, start, until = self._start(committed)
         limit = 1 if self.aligned else self.max_epochs_per_epoch
         chosen = epochs[start:] if limit is None else epochs[start : start + limit]
+        if until is not None:
+            chosen = [e for e in chosen if e.epoch <= until]
         previous = int(committed.get(EPOCH_PARTITION, 0))
         splits = []
         for e in chosen:
@@ -185,6 +216,8 @@ class BranchOutputSource:
         of any records on the branch, else of the declared `schema` (else no columns)."""
         starts = [snapshot_id]
         head = repo.read_ref(f"heads/{self.branch}")
+        if head is None and self.repoint is not None:
+            head = repo.read_ref(f"heads/{self.repoint['to_branch']}")
         if head is not None:
             starts.append(head.target)
         for start in starts:
@@ -197,15 +230,29 @@ class BranchOutputSource:
 
     def retained(self, offsets: Mapping[str, int]) -> str | None:
         """None while the upstream commit read last is still on the upstream branch."""
-        epochs = upstream_epochs(self.repo(), self.branch)
-        return self._position(epochs, offsets)[1]
+        try:
+            self._start(offsets)
+        except UpstreamRewoundError as exc:
+            return str(exc)
+        return None
 
     # -- hooks the runner calls (optional for sources) ------------------------------------
 
     def prepare_epoch(self, control: Mapping[str, Any], epoch: int) -> None:
         """Before planning downstream epoch `epoch`: aligned mode is on when the control
-        document's ``alignment`` is an ``align`` command from an epoch <= `epoch`."""
+        document's ``alignment`` is an ``align`` command from an epoch <= `epoch`; a hot-swap
+        re-points the source when ``repoint.<name>`` names its branch (`hotswap.py`)."""
         self.aligned = alignment_applies(control, epoch)
+        points = control.get("repoint")
+        point = points.get(self.name) if isinstance(points, Mapping) else None
+        self.repoint = (
+            point
+            if isinstance(point, Mapping)
+            and point.get("from_branch") == self.branch
+            and point.get("namespace") == self.namespace
+            and isinstance(point.get("at_epoch"), int)
+            else None
+        )
 
     def end_offsets(self, committed: Mapping[str, int], splits: Sequence[Split]) -> dict[str, int]:
         if not splits:
@@ -219,7 +266,7 @@ class BranchOutputSource:
             "kind": "branch_output",
             "store": self.store_url,
             "namespace": self.namespace,
-            "branch": self.branch,
+            "branch": self._branches(committed)[0],
             "after_epoch": int(committed.get(EPOCH_PARTITION, 0)),
             "epochs": [s.end for s in splits],
             "snapshots": [s.locator for s in splits],

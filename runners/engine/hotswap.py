@@ -12,9 +12,13 @@ control documents, key ``swap``:
    (``extra.swap``). Until the commit arrives, O never runs an epoch after S and N never
    emits: O holds before epoch S+1, N voids its output (commits state, no outputs).
 2. ``phase: "committed"``, once both jobs acknowledged the prepare in a committed epoch.
-   From then on O voids the output of its epochs after S, and N emits from epoch S+1 —
-   after waiting until O has committed epoch S (seed: "the new job, starting the epoch after
-   S, waits until the old job has completed S").
+   From then on N is the only writer after S: O never runs an epoch after S (its runner
+   stops with a ``retired:`` reason, the process exits and the coordinator retires the
+   job), and N emits from epoch S+1 — after waiting until O has committed epoch S (the new
+   job, starting the epoch after S, waits until the old job has completed S).
+3. Downstream jobs reading O's branch output are **re-pointed** (`repoint_downstream`, the
+   control document's ``repoint`` key): they read O's epochs up to S — never one after — and
+   continue with N's epochs from S+1 on N's branch, so no epoch is lost or read twice.
 
 Every epoch's results therefore reach the output from exactly one job: O's for epochs <= S,
 N's for epochs > S (`swap_output`). The protocol state lives in the control documents and
@@ -37,6 +41,8 @@ from snapshots_store import Repository
 SWAP = "swap"
 PHASES = ("prepared", "committed", "aborted")
 HOLD = "swap:"  # prefix of a runner's stopped_reason while it holds for the swap
+RETIRED = "retired:"  # prefix of the old job's stopped_reason after the swap: it exits
+REPOINT = "repoint"  # control document key of a downstream re-pointed to the new job
 
 
 class SwapError(ValueError):
@@ -71,7 +77,8 @@ def swap_gate(control: Mapping[str, Any], epoch: int, partner_epoch: Callable[[]
         if phase == "prepared":
             return SwapGate(False, f"{HOLD} epoch {epoch} is after swap epoch {s}: waiting "
                             "for the swap commit", record)  # fmt: skip
-        return SwapGate(False, None, {**record, "voided": True})
+        # committed: the new job is the only writer after S; this job is retired at S
+        return SwapGate(False, f"{RETIRED} swapped for the new version at epoch {s}", record)
     if epoch <= s:
         return SwapGate(False, None, {**record, "voided": True})
     if phase == "prepared":
@@ -246,9 +253,42 @@ def swap_output(old: SwapSide, new: SwapSide) -> pa.Table:
     return _union(tables, pa.schema([(EPOCH, pa.int64()), ("_job", pa.string())]))
 
 
+def repoint_downstream(
+    downstream: SwapSide, source: str, old: SwapSide, new: SwapSide, swap_epoch: int, swap_id: str
+) -> None:
+    """Tell the downstream job on `downstream` that its branch-output source `source` reads
+    `old`'s branch up to `swap_epoch` and `new`'s after it (idempotent; the control
+    document's ``repoint.<source>``)."""
+    if (old.store, old.namespace) != (new.store, new.namespace):
+        raise SwapError("old and new job must share store and namespace to re-point readers")
+    repo = downstream.repo()
+    doc = {
+        "id": swap_id,
+        "namespace": old.namespace,
+        "from_branch": old.branch,
+        "to_branch": new.branch,
+        "at_epoch": swap_epoch,
+    }
+    for _ in range(20):
+        control, version = repo.read_control(downstream.branch)
+        current = control.get(REPOINT)
+        points = dict(current) if isinstance(current, Mapping) else {}
+        if points.get(source) == doc:
+            return
+        points[source] = doc
+        try:
+            repo.write_control(downstream.branch, {**control, REPOINT: points}, version)
+            return
+        except Exception:  # a concurrent writer: re-read and retry
+            continue
+    raise SwapError(f"the control document of {downstream.branch!r} kept changing")
+
+
 __all__ = [
     "HOLD",
     "PHASES",
+    "REPOINT",
+    "RETIRED",
     "SWAP",
     "SwapError",
     "SwapGate",
@@ -257,6 +297,7 @@ __all__ = [
     "check_swappable",
     "head_epoch",
     "partner_reader",
+    "repoint_downstream",
     "send_phase",
     "swap_gate",
     "swap_output",

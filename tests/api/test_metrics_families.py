@@ -87,6 +87,9 @@ def test_lag_per_job_and_per_edge_commit_histogram_and_autoscaler(
         }
     }
     down = make_app(tmp_path, "down", [{"records_in": 5, "process_s": 3.0}] * 2, inputs)
+    fan_doc = {**inputs["inputs"]["upstream"], "epochs": [4]}
+    fan = {"inputs": {"merged": {"kind": "fan_in", "marker_ms": 4000, "inputs": {"up": fan_doc}}}}
+    make_app(tmp_path, "fan", [{"records_in": 5}], fan)
     solo = make_app(tmp_path, "solo", [epoch_stats(0.1, 4, 1200)])
     AutoscaleDecision.objects.create(
         job=solo,
@@ -110,6 +113,8 @@ def test_lag_per_job_and_per_edge_commit_histogram_and_autoscaler(
     edge = (("downstream", "down-main"), ("source", "upstream"), ("upstream", "up-main"))
     assert got[("epochal_web_edge_lag_epochs", edge)] == 3  # up at epoch 5, down read 2
     assert got[("epochal_job_lag_epochs", (("application", "down"), ("job", "down-main")))] == 3
+    fan_edge = (("downstream", "fan-main"), ("source", "merged/up"), ("upstream", "up-main"))
+    assert got[("epochal_web_edge_lag_epochs", fan_edge)] == 1  # a fan-in's upstream edge
     assert got[("epochal_job_lag_epochs", (("application", "solo"), ("job", "solo-main")))] == 4
     assert got[("epochal_job_lag_records", (("application", "solo"), ("job", "solo-main")))] == 1200
     assert ("epochal_job_lag_records", (("application", "down"), ("job", "down-main"))) not in got

@@ -76,3 +76,35 @@ def test_the_web_shows_edges_with_lag_and_alarm(
 def test_the_web_needs_a_login(client_for: Callable[[str | None], Client]) -> None:
     response = client_for(None).get("/web/")
     assert response.status_code in (302, 401, 403)
+
+
+def test_the_web_shows_each_input_edge_of_a_fan_in_with_its_marker_and_lag(
+    client_for: Callable[[str | None], Client], tmp_path: Path
+) -> None:
+    store = f"file://{tmp_path / 'store'}"
+    fast, slow, merged = make_job("fast", store), make_job("slow", store), make_job("merged", store)
+    for epoch in (1, 2, 3, 4, 5):
+        commit(fast, epoch, processing_time_ms=epoch * 1000)
+    commit(slow, 1, processing_time_ms=3000)
+
+    def doc(namespace: str, epochs: list[int]) -> dict[str, object]:
+        return {
+            "kind": "branch_output", "store": store, "namespace": namespace, "branch": "main",
+            "after_epoch": 0, "epochs": epochs, "snapshots": [], "aligned": False,
+        }  # fmt: skip
+
+    inputs = {
+        "inputs": {
+            "kind": "fan_in",
+            "marker_ms": 3000,
+            "inputs": {"fast": doc("fast", [1, 2, 3]), "slow": doc("slow", [1])},
+        }
+    }
+    offsets = {"inputs": {"fast/epoch": 3, "fast/snapshot": 0, "slow/epoch": 1, "slow/snapshot": 0}}
+    commit(merged, 1, offsets=offsets, extra={"inputs": inputs})
+
+    html = client_for("viewer").get("/web/").content.decode()
+    assert "merged · lag 2" in html  # fast: epochs 4 and 5 wait for the slow upstream
+    assert "merged · lag 0" in html
+    assert html.count("merged at marker 3000 ms") == 2
+    assert "<td>inputs/fast</td>" in html and "<td>inputs/slow</td>" in html

@@ -3,9 +3,12 @@
 The new job is a fork of the old job's branch (the ``fork`` operation) started beside it;
 both number epochs and read input alike. The coordinator delivers S to both jobs in a
 two-step commit (`runners.engine.hotswap`): prepare (both control documents), wait until
-both acknowledged it in a committed epoch, commit, wait until the old job committed S and
-the new job emitted its first epoch after S. Every epoch's results reach the output from
-exactly one job: the old one up to S, the new one after. Each phase is idempotent (the
+both acknowledged it in a committed epoch, commit, re-point the downstream jobs that read the
+old job's branch output (they read it up to S and the new job's branch after S), wait until
+the old job committed S and the new job emitted its first epoch after S, then retire the old
+job (its runner stops by itself at the boundary after S; the job is marked stopped with the
+reason). Every epoch's results reach the output from exactly one job: the old one up to S,
+the new one after. Each phase is idempotent (the
 swap state lives in the control documents and manifests), so a worker killed mid-operation
 resumes, and either job may crash and restart between the steps.
 """
@@ -16,8 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from controlplane.errors import InvalidRequest, OperationFailed
-from controlplane.jobs.models import Job
+from controlplane.jobs.models import Job, JobState
 from controlplane.jobs.selectors import job_get
+from controlplane.jobs.services import job_set_state, job_stop_runs
 from controlplane.operations.framework import (
     CancelledError,
     OperationSpec,
@@ -26,12 +30,14 @@ from controlplane.operations.framework import (
     Target,
 )
 from controlplane.operations.kinds.common import float_param, int_param, reject_unknown, str_param
+from controlplane.operations.webs import web_edges
 from runners.engine.hotswap import (
     SwapError,
     SwapSide,
     acknowledged,
     check_swappable,
     head_epoch,
+    repoint_downstream,
     send_phase,
     swapped,
 )
@@ -93,7 +99,9 @@ class HotswapSpec(OperationSpec):
             Phase("prepare", _prepare, cancellable=True),
             Phase("await_prepared", _await_prepared, cancellable=True),
             Phase("commit", _commit),
+            Phase("repoint", _repoint),
             Phase("await_swapped", _await_swapped),
+            Phase("retire", _retire),
         ]
 
 
@@ -158,6 +166,46 @@ def _await_swapped(ctx: PhaseContext) -> None:
     ctx.operation.result = {**ctx.operation.result, "swapped": True}
     ctx.operation.save(update_fields=["result", "updated_at"])
     ctx.progress(1.0, f"output comes from {ctx.params['new_job']} after epoch {s}")
+
+
+def _repoint(ctx: PhaseContext) -> None:
+    """Every job reading the old job's branch output reads the new job's after S."""
+    old_job = ctx.job
+    old, new = _sides(ctx)
+    s = _swap_epoch(ctx)
+
+    def readers() -> list[list[str]]:
+        return sorted(
+            [e.downstream, e.source]
+            for e in web_edges()
+            if e.upstream == old_job.name and e.downstream != ctx.params["new_job"]
+        )
+
+    targets = ctx.remember("downstream", readers)
+    for name, source in targets:
+        repoint_downstream(side_of(job_get(name=name)), source, old, new, s, str(ctx.operation.pk))
+    ctx.operation.result = {**ctx.operation.result, "repointed": [n for n, _ in targets]}
+    ctx.operation.save(update_fields=["result", "updated_at"])
+    ctx.progress(
+        1.0,
+        f"{len(targets)} downstream job(s) read {ctx.params['new_job']} after epoch {s}"
+        if targets
+        else "no downstream jobs read the old job's output",
+    )
+
+
+def _retire(ctx: PhaseContext) -> None:
+    """The old job stopped by itself at the boundary after S: record it as retired."""
+    job = ctx.job
+    s = _swap_epoch(ctx)
+    job_stop_runs(job, deadline_s=float(ctx.params.get("stop_deadline_s", 60)))
+    job_set_state(
+        job,
+        JobState.STOPPED,
+        reason=f"retired: swapped for {ctx.params['new_job']} at epoch {s} (hotswap "
+        f"{ctx.operation.pk})",
+    )
+    ctx.progress(1.0, f"{job.name} retired at epoch {s}")
 
 
 __all__ = ["HotswapSpec"]
