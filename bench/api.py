@@ -124,11 +124,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def gunicorn(database_url: str, *, workers: int, threads: int) -> Iterator[int]:
+def gunicorn(
+    database_url: str, *, workers: int, threads: int, watch_slots: int
+) -> Iterator[tuple[int, int]]:
     port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
+        "EPOCHAL_WATCH_SLOTS": str(watch_slots),
         "DJANGO_DEBUG": "false",  # DEBUG keeps every query in memory
         "EPOCHAL_API_RATE": "1000000000/hour",
         "LOG_LEVEL": "WARNING",
@@ -161,7 +164,7 @@ def gunicorn(database_url: str, *, workers: int, threads: int) -> Iterator[int]:
                 raise RuntimeError(f"gunicorn did not come up on port {port}")
             time.sleep(0.2)
         log(f"gunicorn pid {server.pid} on 127.0.0.1:{port}: {workers} workers x {threads} threads")
-        yield port
+        yield port, server.pid
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:
@@ -277,6 +280,150 @@ def load(
     return samples
 
 
+# -- server CPU, conditional reads, saturation, idle watches --------------------------------
+
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def server_cpu_s(master: int) -> float:
+    """User + system CPU seconds of gunicorn's master and its live workers (from /proc)."""
+    pids = [master]
+    try:
+        children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
+        pids += [int(c) for c in children]
+    except OSError:
+        return float("nan")
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total / _TICK
+
+
+def fetch(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) -> Any:
+    conn.request("GET", path, headers=headers)
+    response = conn.getresponse()
+    response.read()
+    return response
+
+
+def conditional_load(
+    port: int, facts: dict[str, Any], *, clients: int, seconds: float, rate: float
+) -> list[float]:
+    """Clients re-asking for what they hold (If-None-Match): latencies of the 304s."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    until = time.monotonic() + seconds
+
+    def run(index: int) -> None:
+        rng = random.Random(1000 + index)
+        headers = {"Authorization": f"Token {facts['token']}", "Accept": "application/json"}
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        paths = [path_for(e, facts, rng) for e in API_ENDPOINTS]
+        tags = {p: fetch(conn, p, headers).getheader("ETag") for p in paths}
+        next_at = time.monotonic() + rng.random() / rate
+        step = 0
+        while True:
+            now = time.monotonic()
+            if next_at > now:
+                time.sleep(next_at - now)
+            if time.monotonic() >= until:
+                break
+            path = paths[step % len(paths)]
+            step += 1
+            started = time.perf_counter()
+            response = fetch(conn, path, {**headers, "If-None-Match": tags[path] or ""})
+            ms = (time.perf_counter() - started) * 1000
+            if response.status == 304:
+                with lock:
+                    latencies.append(ms)
+            else:
+                tags[path] = response.getheader("ETag")
+            next_at += rng.uniform(0.8, 1.2) / rate
+        conn.close()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=seconds + 120)
+    return latencies
+
+
+def saturation(
+    port: int, facts: dict[str, Any], *, clients: int, steps: list[float], seconds: float
+) -> list[dict[str, Any]]:
+    """Offered rate raised step by step until the API p99 passes 100 ms."""
+    results = []
+    for offered in steps:
+        samples = load(
+            port, facts, clients=clients, seconds=seconds, rate=offered / clients, record=True
+        )
+        api = [v for e in API_ENDPOINTS for v in samples.latencies[e]]
+        base = samples.latencies["healthz"]
+        step = {
+            "offered_rps": offered,
+            "achieved_rps": round(sum(len(v) for v in samples.latencies.values()) / seconds, 1),
+            "api_p99_ms": round(percentile(api, 99), 2),
+            "healthz_p99_ms": round(percentile(base, 99), 2),
+            "errors": sum(samples.errors.values()),
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+        }
+        log(f"saturation step: {step}")
+        results.append(step)
+        if step["api_p99_ms"] > 100 or step["errors"]:
+            break
+    return results
+
+
+def idle_watch(
+    port: int, master: int, facts: dict[str, Any], *, clients: int, seconds: float, hold: int
+) -> dict[str, Any]:
+    """`clients` watching the job (``?watch=hold`` with its ETag) while nothing changes: the
+    server's CPU per second over `seconds`."""
+    stop = threading.Event()
+    answers = {"304": 0, "200": 0, "busy": 0, "other": 0}
+    lock = threading.Lock()
+    path = f"/api/jobs/{JOB}/"
+
+    def run() -> None:
+        headers = {"Authorization": f"Token {facts['token']}", "Accept": "application/json"}
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=hold + 30)
+        etag = fetch(conn, path, headers).getheader("ETag") or ""
+        while not stop.is_set():
+            response = fetch(conn, f"{path}?watch={hold}", {**headers, "If-None-Match": etag})
+            kind = str(response.status) if response.status in (200, 304) else "other"
+            if response.getheader("Epochal-Watch") == "busy":
+                kind = "busy"
+                time.sleep(1)
+            with lock:
+                answers[kind] += 1
+            etag = response.getheader("ETag") or etag
+        conn.close()
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    time.sleep(3)  # every watch established
+    cpu_before, load_before = server_cpu_s(master), os.getloadavg()[0]
+    started = time.monotonic()
+    time.sleep(seconds)
+    cpu = server_cpu_s(master) - cpu_before
+    elapsed = time.monotonic() - started
+    stop.set()
+    return {
+        "idle_watch_cpu_ms_per_s": round(cpu * 1000 / elapsed, 2),
+        "idle_watch_clients": clients,
+        "idle_watch_seconds": round(elapsed, 1),
+        "idle_watch_hold_s": hold,
+        "idle_watch_answers": dict(answers),
+        "idle_watch_loadavg_1m": round((load_before + os.getloadavg()[0]) / 2, 2),
+    }
+
+
 # -- entry point ----------------------------------------------------------------------------
 
 
@@ -331,7 +478,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup-seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=float, default=2.0, help="requests/s per client")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
-    parser.add_argument("--threads", type=int, default=8, help="threads per worker")
+    parser.add_argument(
+        "--threads", type=int, default=40, help="threads per worker (watches hold one each)"
+    )
+    parser.add_argument(
+        "--watch-slots", type=int, default=32, help="EPOCHAL_WATCH_SLOTS per worker"
+    )
+    parser.add_argument("--conditional-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--steps",
+        default="100,200,300,400,500,600,800",
+        help="offered req/s of the saturation steps (stops once the API p99 passes 100 ms)",
+    )
+    parser.add_argument("--step-seconds", type=float, default=10.0)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--watch-hold", type=int, default=30, help="?watch= of idle watchers")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args(argv)
@@ -347,7 +508,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DATABASE_URL"] = url
         log(f"scratch database ready; building {args.snapshots:,} snapshots")
         facts = prepare(snapshots=args.snapshots, branches=args.branches, seed=args.seed)
-        with gunicorn(url, workers=args.workers, threads=args.threads) as port:
+        with gunicorn(
+            url, workers=args.workers, threads=args.threads, watch_slots=args.watch_slots
+        ) as (port, master):
             if args.warmup_seconds > 0:
                 load(
                     port,
@@ -358,15 +521,60 @@ def main(argv: list[str] | None = None) -> int:
                     record=False,
                 )
             load_before = os.getloadavg()[0]
+            cpu_before = server_cpu_s(master)
             started = time.monotonic()
             samples = load(
                 port, facts, clients=args.clients, seconds=args.seconds, rate=args.rate, record=True
             )
             elapsed = time.monotonic() - started
+            cpu = server_cpu_s(master) - cpu_before
             load_after = os.getloadavg()[0]
+            log("conditional reads (If-None-Match)")
+            cpu_304_before = server_cpu_s(master)
+            not_modified = conditional_load(
+                port,
+                facts,
+                clients=args.clients,
+                seconds=args.conditional_seconds,
+                rate=args.rate,
+            )
+            cpu_304 = server_cpu_s(master) - cpu_304_before
+            load_304 = os.getloadavg()[0]
+            log("saturation steps")
+            steps = saturation(
+                port,
+                facts,
+                clients=args.clients,
+                steps=[float(x) for x in args.steps.split(",") if x],
+                seconds=args.step_seconds,
+            )
+            log(f"{args.clients} idle watchers for {args.idle_seconds:g}s")
+            idle = idle_watch(
+                port,
+                master,
+                facts,
+                clients=args.clients,
+                seconds=args.idle_seconds,
+                hold=args.watch_hold,
+            )
     result = summarise(samples, facts, args, elapsed)
     result["loadavg_1m_before"] = round(load_before, 2)
     result["loadavg_1m_after"] = round(load_after, 2)
+    result["server_cpu_ms_per_request"] = round(cpu * 1000 / max(result["requests"], 1), 2)
+    result["p99_ms_304"] = round(percentile(not_modified, 99), 2) if not_modified else None
+    result["p50_ms_304"] = round(percentile(not_modified, 50), 2) if not_modified else None
+    result["requests_304"] = len(not_modified)
+    result["server_cpu_ms_per_304"] = round(cpu_304 * 1000 / max(len(not_modified), 1), 2)
+    result["loadavg_1m_304"] = round(load_304, 2)
+    good = [s["offered_rps"] for s in steps if s["api_p99_ms"] <= 100 and not s["errors"]]
+    result["saturation_rps"] = max(good) if good else 0
+    result["saturation_steps"] = steps
+    at_200 = next((s for s in steps if s["offered_rps"] == 200), None)
+    if at_200 is not None:
+        result["p99_vs_healthz_at_200"] = round(
+            at_200["api_p99_ms"] / max(at_200["healthz_p99_ms"], 0.01), 2
+        )
+    result.update(idle)
     for example in samples.error_examples:
         log(f"error: {example}")
     log(

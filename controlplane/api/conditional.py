@@ -65,7 +65,7 @@ def _slots() -> threading.BoundedSemaphore:
 def watch_seconds(request: Request) -> float:
     """``?watch=S``: hold a conditional read up to S seconds (1..`EPOCHAL_WATCH_MAX_S`)
     waiting for the resource to change; 0 (the default) answers at once."""
-    raw = request.query_params.get("watch")
+    raw = request.GET.get("watch")
     if raw is None or raw == "":
         return 0.0
     limit = settings.EPOCHAL_WATCH_MAX_S

@@ -21,6 +21,9 @@ from django.contrib.auth import get_user_model
 from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_get
 from controlplane.audit.services import audit_request
+from controlplane.changes.feed import wait_for_change
+from controlplane.changes.keys import operation_key
+from controlplane.changes.selectors import revision
 from controlplane.cli.console import CliError, Console
 from controlplane.cli.verb import Verb
 from controlplane.errors import EpochalError
@@ -144,13 +147,19 @@ def phase_line(op: Operation, step: int, record: dict[str, Any]) -> str:
 
 
 def follow(
-    op: Operation, write: Callable[[str], None], *, timeout_s: float, interval_s: float = 0.3
+    op: Operation, write: Callable[[str], None], *, timeout_s: float, recheck_s: float = 5.0
 ) -> Operation:
-    """`write` each phase of `op` as it starts, moves and ends, until the operation ends."""
+    """`write` each phase of `op` as it starts, moves and ends, until the operation ends.
+
+    Between looks it waits for the operation's next recorded change (`controlplane.changes`:
+    woken by a notification on PostgreSQL, not by polling), looking again at least every
+    `recheck_s` seconds."""
     seen: dict[str, tuple[str, str, int]] = {}
     started = time.monotonic()
     hinted = False
+    key = operation_key(op.pk)
     while True:
+        known = revision(key)  # before the read: a change after it wakes the wait below
         op.refresh_from_db()
         for step, record in enumerate(op.phases, start=1):
             if record["state"] == "pending":
@@ -172,7 +181,7 @@ def follow(
         if op.state == "pending" and waited > PENDING_HINT_S and not hinted:
             hinted = True
             write("  (still pending: is a Celery worker running? or use --inline)")
-        time.sleep(interval_s)
+        wait_for_change(key, known, deadline=min(started + timeout_s, time.monotonic() + recheck_s))
 
 
 def _result_text(result: dict[str, Any]) -> str:

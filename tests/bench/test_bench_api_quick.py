@@ -13,7 +13,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-REQUIRED = {"clients", "snapshots", "p50_ms", "p99_ms", "errors"}
+REQUIRED = {
+    "clients",
+    "snapshots",
+    "p50_ms",
+    "p99_ms",
+    "errors",
+    "server_cpu_ms_per_request",
+    "p99_ms_304",
+    "saturation_rps",
+    "idle_watch_cpu_ms_per_s",
+    "loadavg_1m_before",
+}
 
 
 def test_bench_api_quick_run_reports_latencies_and_no_errors(tmp_path: Path) -> None:
@@ -33,6 +44,12 @@ def test_bench_api_quick_run_reports_latencies_and_no_errors(tmp_path: Path) -> 
             "--warmup-seconds=1",
             "--workers=1",
             "--threads=4",
+            "--watch-slots=3",
+            "--conditional-seconds=2",
+            "--steps=20,40",
+            "--step-seconds=2",
+            "--idle-seconds=3",
+            "--watch-hold=2",
         ],
         cwd=ROOT,
         env=env,
@@ -48,3 +65,7 @@ def test_bench_api_quick_run_reports_latencies_and_no_errors(tmp_path: Path) -> 
     for endpoint in ("job", "snapshots", "lineage", "baseline_healthz"):
         assert result[f"{endpoint}_requests"] > 0
         assert 0 < result[f"{endpoint}_p50_ms"] <= result[f"{endpoint}_p99_ms"]
+    assert result["requests_304"] > 0 and result["server_cpu_ms_per_request"] > 0
+    assert [s["offered_rps"] for s in result["saturation_steps"]][0] == 20
+    answers = result["idle_watch_answers"]
+    assert answers["304"] > 0 and answers["200"] == 0 and answers["other"] == 0

@@ -245,7 +245,16 @@ def test_operation_page_follows_phases(client_for: ClientFor, lineage: Lineage) 
     op = Operation.objects.get()
     page = operator.get(f"/operations/{op.pk}/").content.decode()
     assert 'data-testid="operation-state">pending' in page and "maintenance" in page
-    assert 'hx-trigger="every 1s"' in page  # live while active
-    partial = operator.get(f"/operations/{op.pk}/", HTTP_HX_REQUEST="true").content.decode()
-    assert partial.lstrip().startswith('<div id="operation-live"')
+    assert 'hx-trigger="load, epochal:watch"' in page and "data-watch" in page  # live
+    partial = operator.get(f"/operations/{op.pk}/", HTTP_HX_REQUEST="true")
+    assert partial.content.decode().lstrip().startswith('<div id="operation-live"')
+    # The live part holds its ETag: unchanged -> 304 (after watching), changed -> a fragment.
+    etag = partial["ETag"]
+    assert etag[1:-1] in partial.content.decode()  # in the element's hx-headers
+    url = f"/operations/{op.pk}/?watch=0"
+    same = operator.get(url, HTTP_HX_REQUEST="true", HTTP_IF_NONE_MATCH=etag)
+    assert same.status_code == 304
+    Operation.objects.filter(pk=op.pk).update(progress=0.5)
+    moved = operator.get(url, HTTP_HX_REQUEST="true", HTTP_IF_NONE_MATCH=etag)
+    assert moved.status_code == 200 and moved["ETag"] != etag
     assert client_for("viewer").get("/operations/not-an-id/").status_code == 404

@@ -7,17 +7,21 @@ from typing import Any
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import json_script
 
+from controlplane.api.conditional import matches
 from controlplane.autoscaler.selectors import latest_decision
 from controlplane.autoscaler.services import policy_of
+from controlplane.changes.keys import job_key
+from controlplane.changes.selectors import named_revision
 from controlplane.errors import NotFound
 from controlplane.jobs.health import job_health
 from controlplane.jobs.models import Job
-from controlplane.jobs.selectors import job_current_run, job_get
+from controlplane.jobs.selectors import job_current_run, job_get, job_not_found
 from controlplane.lineage.epoch_stats import epoch_series
 from controlplane.lineage.state_reads import KeyGroupSizes, key_group_sizes
 from controlplane.operations.selectors import operation_list
 from web import charts
 from web.access import viewer_required
+from web.live import live_etag, not_modified, still_unchanged, watch_headers
 from web.views.base import domain_errors, page
 
 CHART_EPOCHS = 200
@@ -66,14 +70,34 @@ def job_context(job: Job) -> dict[str, Any]:
     }
 
 
+def _job_revision(name: str) -> tuple[int, int, str]:
+    """(id, revision, ETag of the live parts) of job `name`, read before what they show."""
+    found = named_revision(table=Job._meta.db_table, name=name, prefix="job")
+    if found is None:
+        raise job_not_found(name)
+    job_id, revision = found
+    return job_id, revision, live_etag("job", job_id, revision, ages=True)
+
+
 @viewer_required
 @domain_errors
 def job_detail(request: HttpRequest, name: str) -> HttpResponse:
-    return page(request, "web/job.html", job_context(job_get(name=name)))
+    _, _, etag = _job_revision(name)
+    context = {**job_context(job_get(name=name)), "watch_headers": watch_headers(etag)}
+    return page(request, "web/job.html", context)
 
 
 @viewer_required
 @domain_errors
 def job_live(request: HttpRequest, name: str) -> HttpResponse:
-    """The page's live parts, swapped in out of band (one request refreshes them all)."""
-    return page(request, "web/partials/job_live.html", job_context(job_get(name=name)))
+    """The page's live parts, swapped in out of band (one request refreshes them all), once
+    the job, its run, operation or branch head changed (or they aged; see web/live.py)."""
+    job_id, revision, etag = _job_revision(name)
+    if matches(request, etag):  # type: ignore[arg-type]
+        if still_unchanged(request, job_key(job_id), revision):
+            return not_modified(etag)
+        job_id, revision, etag = _job_revision(name)
+    context = {**job_context(job_get(name=name)), "watch_headers": watch_headers(etag)}
+    response = page(request, "web/partials/job_live.html", context)
+    response["ETag"] = etag
+    return response

@@ -30,6 +30,18 @@
       if (target && target.id === "chart-data-box") drawCharts();
     });
     document.body.addEventListener("htmx:afterSettle", drawCharts);
+    // Live parts (data-watch) hold a request open until what they show changes (see
+    // web/live.py); when it ends without a new fragment (304, or an error) ask again.
+    document.body.addEventListener("htmx:afterRequest", function (event) {
+      var elt = event.detail && event.detail.elt;
+      if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-watch")) return;
+      var status = event.detail.xhr ? event.detail.xhr.status : 0;
+      if (status === 200 && elt.isConnected === false) return; // swapped: the new one asks
+      if (status === 200 && elt.getAttribute("hx-swap") !== "none") return;
+      window.setTimeout(function () {
+        if (elt.isConnected) window.htmx.trigger(elt, "epochal:watch");
+      }, status === 304 || status === 200 ? 0 : 2000);
+    });
     document.body.addEventListener("click", function (event) {
       var link = event.target.closest && event.target.closest(".graph-row a.snap");
       if (!link) return;
