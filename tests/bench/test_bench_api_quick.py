@@ -66,6 +66,6 @@ def test_bench_api_quick_run_reports_latencies_and_no_errors(tmp_path: Path) -> 
         assert result[f"{endpoint}_requests"] > 0
         assert 0 < result[f"{endpoint}_p50_ms"] <= result[f"{endpoint}_p99_ms"]
     assert result["requests_304"] > 0 and result["server_cpu_ms_per_request"] > 0
-    assert [s["offered_rps"] for s in result["saturation_steps"]][0] == 20
+    assert result["saturation_steps"][0]["offered_rps"] == 20
     answers = result["idle_watch_answers"]
     assert answers["304"] > 0 and answers["200"] == 0 and answers["other"] == 0
