@@ -12,11 +12,11 @@ max_value`` (running values for the stateful variants). Its checksum is
 `row_hash` does not depend on row order (a sum) but does depend on which key carries which
 values (``h`` is not linear in the pair), so a value moved to the wrong key is caught even
 when the column sums agree. All intermediates stay below 2⁶³, so the same integers come out of
-Spark SQL (ANSI mode on, which would fail on overflow), numpy int64 and Python.
+numpy int64 and Python.
 
-Three implementations of the same function: `checksum_spark` (one aggregate over a Spark
-DataFrame: what the Spark peers' ``foreachBatch`` sinks run), `checksum_arrow` (a pyarrow table,
-for the engine's stored outputs) and the numpy references computed straight from the generator's
+Two implementations of the same function: `checksum_arrow` (a pyarrow table: the engine's stored
+outputs and the Parquet the Spark peers wrote, read after their timed windows) and the numpy
+references computed straight from the generator's
 arrays (`reference_running`, `reference_per_epoch`), independent of Spark and of the engine.
 """
 
@@ -31,19 +31,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
-
     from bench.datagen import EpochSet
 
 P = 2_147_483_647
 C_COUNT = 1_000_003
 C_SUM = 8_191
-
-ROW_HASH_SQL = (
-    f"pmod(pmod(crc32(cast(key as binary)), {P})"
-    f" * pmod(`count` * {C_COUNT} + sum_value * {C_SUM} + max_value, {P})"
-    f" + crc32(cast(key as binary)), {P})"
-)
 
 
 @dataclass(frozen=True)
@@ -84,20 +76,6 @@ def from_arrays(crc: np.ndarray, count: np.ndarray, sum_: np.ndarray, max_: np.n
         sum_max=int(max_.sum(dtype=np.int64)),
         row_hash=_row_hash(crc, count, sum_, max_),
     )
-
-
-def checksum_spark(df: DataFrame) -> Checksum:
-    """One aggregate over ``key, count, sum_value, max_value`` (a single Spark job)."""
-    from pyspark.sql import functions as F
-
-    row = df.agg(
-        F.count(F.lit(1)).alias("rows"),
-        F.sum("count").alias("sum_count"),
-        F.sum("sum_value").alias("sum_sum"),
-        F.sum("max_value").alias("sum_max"),
-        F.sum(F.expr(ROW_HASH_SQL)).alias("row_hash"),
-    ).collect()[0]
-    return Checksum(*(int(row[f] or 0) for f in Checksum.__dataclass_fields__))
 
 
 def checksum_arrow(table: pa.Table | Any) -> Checksum:

@@ -27,6 +27,7 @@ Progress goes to stderr; the last stdout line is one JSON object.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -48,7 +49,17 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("vectorised", "python", "incremental")
+PARTS = (
+    "vectorised",
+    "python",
+    "incremental",
+    "scale",
+    "driver",
+    "live_rescale",
+    "recovery",
+    "limit",
+)
+DRIVER_MEMORY = "4g"  # every variant's driver, the engine's and the peers' (one session)
 PARALLELISM = 2
 MAX_PARALLELISM = 128
 
@@ -69,6 +80,17 @@ REQUIRED_KEYS = (
     "commit_p50_ms",
     "commit_p99_ms",
     "peak_rss_mb",
+    "spark_tws_row_rps",
+    "peers_jvm_options",
+    "driver_memory",
+    "scale_1_to_2",
+    "limit_rps",
+    "ratio_vs_limit",
+    "live_rescale_epochs_lost",
+    "live_rescale_gap_ratio",
+    "recovery_s",
+    "recovery_ratio",
+    "driver_model",
 )
 
 
@@ -86,6 +108,12 @@ class Sizes:
     warm_keys: int
     warm_records: int
     warm_epochs: int
+    driver_keys: int
+    driver_records: int
+    driver_epochs: int
+    live_keys: int
+    live_records: int
+    live_epochs: int
 
 
 DEFAULT_SIZES = Sizes(
@@ -101,6 +129,12 @@ DEFAULT_SIZES = Sizes(
     warm_keys=5_000,
     warm_records=5_000,
     warm_epochs=3,
+    driver_keys=100_000,
+    driver_records=100_000,
+    driver_epochs=4,
+    live_keys=200_000,
+    live_records=200_000,
+    live_epochs=12,
 )
 QUICK_SIZES = Sizes(
     keys=2_000,
@@ -115,6 +149,12 @@ QUICK_SIZES = Sizes(
     warm_keys=200,
     warm_records=200,
     warm_epochs=1,
+    driver_keys=500,
+    driver_records=500,
+    driver_epochs=2,
+    live_keys=500,
+    live_records=500,
+    live_epochs=6,
 )
 
 
@@ -178,8 +218,14 @@ def run_engine(
     python: bool,
     name: str,
     measure_store: bool = False,
+    parallelism: int = PARALLELISM,
+    max_parallelism: int = MAX_PARALLELISM,
+    routing: str = "auto",
+    before_epoch: Any = None,
 ) -> VariantResult:
-    """Run the engine for `epochs.epochs` epochs, committing each; checksums from read_output."""
+    """Run the engine for `epochs.epochs` epochs, committing each; checksums from read_output
+    after the timed epochs. `before_epoch(repo, epoch)`, if given, runs (untimed) before each
+    epoch: the live-rescale part writes the branch's control document there."""
     from runners.engine import EpochRunner, read_output
     from snapshots_store import Repository
 
@@ -194,15 +240,22 @@ def run_engine(
         job,
         repo=repo,
         branch="main",
-        parallelism=PARALLELISM,
-        max_parallelism=MAX_PARALLELISM,
+        parallelism=parallelism,
+        max_parallelism=max_parallelism,
+        routing=routing,
     )
     epoch_seconds: list[float] = []
+    commit_times: list[float] = []
     setup_s = time.perf_counter() - t0
-    for _ in range(epochs.epochs):
+    for epoch in range(1, epochs.epochs + 1):
+        if before_epoch is not None:
+            before_epoch(repo, epoch)
         e0 = time.perf_counter()
         res = runner.run_epoch()
-        epoch_seconds.append(time.perf_counter() - e0)
+        commit_times.append(time.perf_counter())
+        epoch_seconds.append(commit_times[-1] - e0)
+        if res is None:
+            raise RuntimeError(f"{name}: epoch {epoch} did not run ({runner.stopped_reason})")
         results.append(res)
         if measure_store:
             # Measured outside the epoch's timed span, never inside.
@@ -224,6 +277,7 @@ def run_engine(
         "output_rows": [int(r.output_rows) for r in results],
         "dead_letters": [int(r.dead_letters) for r in results],
         "parallelism": [int(r.parallelism) for r in results],
+        "commit_times": commit_times,
     }
     if store_deltas:
         extra["store_object_bytes"] = store_deltas
@@ -290,11 +344,16 @@ def engine_checksums(table: Any, epochs: int) -> list[ck.Checksum]:
 # -- orchestration ---------------------------------------------------------------------------
 
 
-VARIANTS = ("spark_builtin", "stateless", "engine", "engine_python", "spark_tws")
+VARIANTS = ("spark_builtin", "stateless", "engine", "engine_python", "spark_tws", "spark_tws_row")
 PART_VARIANTS = {
     "vectorised": ("spark_builtin", "stateless", "engine"),
-    "python": ("engine_python", "spark_tws"),
+    "python": ("engine_python", "spark_tws", "spark_tws_row"),
     "incremental": ("engine",),
+    "scale": ("engine",),
+    "driver": ("engine",),
+    "live_rescale": ("engine",),
+    "recovery": ("engine",),
+    "limit": ("engine",),
 }
 
 
@@ -306,8 +365,10 @@ class Bench:
         store_url: str,
         sizes: Sizes,
         variants: Iterable[str] = VARIANTS,
+        routing: str = "auto",
     ) -> None:
         self.variants = set(variants)
+        self.routing = routing
         self.spark = spark
         self.work = work
         self.store_url = store_url
@@ -315,13 +376,19 @@ class Bench:
         self.run_id = datetime.now(UTC).strftime("%Y%m%d%H%M%S") + f"-{os.getpid()}"
         self.problems: list[str] = []
         self.results: dict[str, VariantResult] = {}
+        self.extra: dict[str, Any] = {}  # figures of the engine-only parts
+        self.datasets: dict[tuple[str, str], EpochSet] = {}
 
     def namespace(self, name: str) -> str:
         return f"bench-{name}-{self.run_id}".replace("_", "-")
 
     def dataset(self, name: str, **kwargs: Any) -> EpochSet:
+        cached = self.datasets.get((name, repr(sorted(kwargs.items()))))
+        if cached is not None:
+            return cached
         t0 = time.perf_counter()
         epochs = EpochSet(self.work / "data" / name, **kwargs).generate()
+        self.datasets[(name, repr(sorted(kwargs.items())))] = epochs
         log(
             f"data {name}: {epochs.epochs} files, {epochs.total_records:,} records "
             f"({time.perf_counter() - t0:.1f} s)"
@@ -343,9 +410,11 @@ class Bench:
         if variant == "spark_builtin":
             return spark_peers.run_spark_builtin(self.spark, data, self.work / f"cp-{label}")
         if variant == "stateless":
-            return spark_peers.run_stateless(self.spark, data)
+            return spark_peers.run_stateless(self.spark, data, self.work / f"out-{label}")
         if variant == "spark_tws":
             return spark_peers.run_spark_tws(self.spark, data, self.work / f"cp-{label}")
+        if variant == "spark_tws_row":
+            return spark_peers.run_spark_tws_row(self.spark, data, self.work / f"cp-{label}")
         python = variant == "engine_python"
         return run_engine(
             self.spark,
@@ -354,7 +423,7 @@ class Bench:
             self.namespace(label),
             python=python,
             name=kw.pop("name", variant),
-            **kw,
+            **{"routing": self.routing, **kw},
         )
 
     def measure(
@@ -436,6 +505,286 @@ class Bench:
         log(result.summary())
         self.check(result, expected, "reference")
 
+    # the parts that measure the engine alone ------------------------------------------------
+
+    def scale(self) -> None:
+        """The vectorised engine work at local[1] and local[2] (one child process each: a
+        SparkContext's master is fixed), and at local[2] with the shuffle routing."""
+        s = self.sizes
+        runs = {"local1": ("local[1]", "auto"), "local2": ("local[2]", "auto")}
+        runs["local2_shuffle"] = ("local[2]", "shuffle")
+        rates: dict[str, float | None] = {}
+        for label, (master, routing) in runs.items():
+            argv = [
+                sys.executable, "-m", "bench.engine", "--parts", "vectorised",
+                "--variants", "engine", "--master", master, "--routing", routing,
+                "--keys", str(s.keys), "--records", str(s.records), "--epochs", str(s.epochs),
+                "--warm-keys", str(s.warm_keys),
+            ]  # fmt: skip
+            child = _child_report(argv, self.work / f"scale-{label}")
+            rates[label] = child.get("engine_rps") if child else None
+            log(f"scale {label} ({master}, routing {routing}): {rates[label]} records/s")
+        self.extra["scale_rps"] = rates
+        self.extra["scale_1_to_2"] = _ratio(rates["local2"], rates["local1"])
+        self.extra["scale_1_to_2_shuffle"] = _ratio(rates["local2_shuffle"], rates["local1"])
+
+    def driver(self) -> None:
+        """The driver's own time per epoch as key groups M and tasks p grow: epoch wall time
+        less the task waves (ceil(p / cores) x the longest map + reduce task); a least-squares
+        fit t = a + b*M + c*p."""
+        import numpy as np
+
+        cores = self.spark.sparkContext.defaultParallelism
+        s = self.sizes
+        data = self.dataset(
+            "driver", keys=s.driver_keys, records=s.driver_records, epochs=s.driver_epochs
+        )
+        points = []
+        grid = [(m, 2) for m in (128, 4096, 32768)] + [(4096, p) for p in (1, 4, 8)]
+        for m, p in grid:
+            result = self.run_variant(
+                "engine", data, f"drv-m{m}-p{p}", name=f"engine_m{m}_p{p}",
+                max_parallelism=m, parallelism=p,
+            )  # fmt: skip
+            x = result.extra
+            waves = -(-p // cores)
+            driver_s = [
+                d - waves * (float(ms or 0) + float(rs or 0))
+                for d, ms, rs in zip(x["duration_s"], x["map_s"], x["reduce_s"], strict=True)
+            ][1:]  # the first epoch creates the state
+            point = {
+                "max_parallelism": m,
+                "parallelism": p,
+                "driver_s": round(statistics.median(driver_s), 4),
+                "task_waves": waves,
+                "epoch_s": round(result.steady_epoch_s, 4),
+                "commit_ms": round(statistics.median(x["commit_ms"][1:]), 1),
+            }
+            points.append(point)
+            log(f"driver M={m} p={p}: {point}")
+        a = np.array([[1.0, pt["max_parallelism"], pt["parallelism"]] for pt in points])
+        t = np.array([pt["driver_s"] for pt in points])
+        (c0, c_m, c_p), *_ = np.linalg.lstsq(a, t, rcond=None)
+        self.extra["driver_points"] = points
+        self.extra["driver_model"] = {
+            "formula": "driver_s = a + b*M + c*p",
+            "a_s": round(float(c0), 5),
+            "b_s_per_key_group": float(f"{c_m:.3g}"),
+            "c_s_per_task": float(f"{c_p:.3g}"),
+            "driver_s_at_1000_tasks_m32768": round(float(c0 + c_m * 32768 + c_p * 1000), 3),
+        }
+
+    def live_rescale(self) -> None:
+        """Rescale 2 -> 3 -> 2 through the branch's control document while the job runs;
+        epochs lost and the longest gap between commits around a rescale / the median gap."""
+        s = self.sizes
+        data = self.dataset(
+            "live", keys=s.live_keys, records=s.live_records, epochs=s.live_epochs, seed=5
+        )
+        third = max(2, s.live_epochs // 3)
+        plan = {third: 3, 2 * third: 2}
+
+        def before(repo: Any, epoch: int) -> None:
+            if epoch in plan:
+                doc, version = repo.read_control("main")
+                repo.write_control("main", {**doc, "parallelism": plan[epoch]}, version)
+
+        result = self.run_variant("engine", data, "live", name="engine_live", before_epoch=before)
+        self.check(result, ck.reference_running(data), "reference")
+        times = result.extra["commit_times"]
+        gaps = [b - a for a, b in itertools.pairwise(times)]  # gaps[i]: epoch i + 2's commit
+        around = set(plan) | {e + 1 for e in plan}  # the rescaled epoch and the one after
+        rescale_gaps = [g for i, g in enumerate(gaps) if i + 2 in around]
+        others = [g for i, g in enumerate(gaps) if i + 2 not in around]
+        parallelism = result.extra["parallelism"]
+        self.extra["live_rescale_parallelism"] = parallelism
+        self.extra["live_rescale_epochs_lost"] = s.live_epochs - len(parallelism)
+        self.extra["live_rescale_gap_ratio"] = _ratio(max(rescale_gaps), statistics.median(others))
+        self.extra["live_rescale_gaps_s"] = [round(g, 3) for g in gaps]
+        if sorted(set(parallelism)) != [2, 3]:
+            self.problems.append(f"live rescale ran at parallelism {parallelism}")
+
+    def recovery(self) -> None:
+        """Seconds from a driver SIGKILL mid-epoch to the first commit after a restart through
+        the local launcher, ÷ (the job's own session start + 2 steady epochs)."""
+        s = self.sizes
+        data = self.dataset(
+            "live", keys=s.live_keys, records=s.live_records, epochs=s.live_epochs, seed=5
+        )
+        figures = measure_recovery(self.work, self.store_url, self.namespace("recovery"), data)
+        log(f"recovery: {figures}")
+        if not figures["recovery_kill_mid_epoch"]:
+            self.problems.append("recovery: the kill did not land inside an epoch")
+        self.extra.update(figures)
+
+    def limit(self) -> None:
+        """The machine's limit: the same keyed running aggregate over the vectorised epochs in
+        one process with Polars, in memory, no Spark, no durability."""
+        s = self.sizes
+        data = self.dataset("vectorised", keys=s.keys, records=s.records, epochs=s.epochs)
+        if "engine" not in self.results:  # the part alone: the engine over the same epochs
+            self.measure(["engine"], data, "vec")
+        c0 = tree_cpu_s()
+        result = run_polars_limit(data)
+        result.cpu_s = tree_cpu_s() - c0
+        self.results[result.name] = result
+        log(result.summary())
+        self.check(result, ck.reference_running(data), "reference")
+
+
+def recovery_job(directory: str) -> Any:
+    """The vectorised engine job over a directory of epoch files (the recovery part's job,
+    launched by reference like any registered job)."""
+    from runners.engine import Job, sources
+    from runners.engine import aggregations as agg
+
+    return Job(
+        name="bench-recovery",
+        source=sources.ParquetDirectory(directory, max_files_per_epoch=1),
+        key="key",
+        aggregate=[agg.count(), agg.sum("value"), agg.max("value")],
+        code_version="1",
+    )
+
+
+def _events(log_path: Path) -> list[dict[str, Any]]:
+    """The JSON event lines a job printed so far (its run's output.log)."""
+    events = []
+    if log_path.exists():
+        for line in log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    continue
+    return events
+
+
+def measure_recovery(work: Path, store_url: str, namespace: str, data: EpochSet) -> dict:
+    """Start the job through the local launcher (the control plane's RUNNER=local path), let
+    it commit two epochs, SIGKILL its process group (driver and JVM) a third of the way into
+    the next epoch, start it again the same way, and time the kill to the first new commit."""
+    import signal
+
+    from runners.job_spec import JobSpec, Resources
+    from runners.local import LocalLauncher
+    from snapshots_store import Repository
+
+    launcher = LocalLauncher(runs_dir=work / "runs")
+    repo = Repository.open(store_url, namespace)
+
+    def spec() -> JobSpec:
+        return JobSpec(
+            application="bench",
+            namespace=namespace,
+            branch="main",
+            store_url=store_url,
+            job="bench.engine:recovery_job",
+            job_args={"directory": str(data.directory)},
+            parallelism=PARALLELISM,
+            resources=Resources(driver_memory_mb=4096),
+        )
+
+    def head_epoch() -> int:
+        head = repo.read_ref("heads/main")
+        return 0 if head is None else repo.read_manifest(head.target).epoch
+
+    def wait(what: str, condition: Any, timeout: float = 600) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = condition()
+            if value:
+                return value
+            time.sleep(0.02)
+        raise RuntimeError(f"recovery: timed out waiting for {what}")
+
+    first = spec()
+    t_launch = time.perf_counter()
+    handle = launcher.start(first)
+    log_path = Path(handle.location) / "output.log"
+    wait("the job to start", lambda: any(e.get("event") == "started" for e in _events(log_path)))
+    session_s = time.perf_counter() - t_launch
+    wait("two commits", lambda: head_epoch() >= 2)
+
+    def third_started() -> bool:
+        return sum(e.get("event") == "epoch_start" for e in _events(log_path)) >= 3
+
+    wait("the third epoch to start", third_started)
+    durations = [float(e["duration_s"]) for e in _events(log_path) if e.get("event") == "committed"]
+    epoch_s = durations[-1]
+    time.sleep(epoch_s / 3)
+    pid = json.loads((Path(handle.location) / "pid").read_text())["pid"]
+    os.killpg(pid, signal.SIGKILL)
+    t_kill = time.perf_counter()
+    at_kill = head_epoch()
+    mid_epoch = at_kill == 2  # the third epoch had started and had not committed
+    second = spec()
+    handle2 = launcher.start(second)
+    wait("the first commit after the restart", lambda: head_epoch() > at_kill)
+    recovery_s = time.perf_counter() - t_kill
+    launcher.stop(handle2, deadline_s=30)
+    launcher.stop(handle, deadline_s=1)
+    return {
+        "recovery_s": round(recovery_s, 3),
+        "recovery_session_start_s": round(session_s, 3),
+        "recovery_epoch_s": round(epoch_s, 3),
+        "recovery_kill_mid_epoch": mid_epoch,
+        "recovery_ratio": _ratio(recovery_s, session_s + 2 * epoch_s),
+    }
+
+
+def run_polars_limit(epochs: EpochSet) -> VariantResult:
+    """Per epoch: read the file, group by key (count, sum, max), merge into the running state
+    (a Polars frame), emit the changed keys' running values. Checksums after the timed span."""
+    import polars as pl
+
+    state: pl.DataFrame | None = None
+    outputs = []
+    epoch_seconds = []
+    for path in epochs.files():
+        e0 = time.perf_counter()
+        batch = (
+            pl.read_parquet(path, columns=["key", "value"])
+            .group_by("key")
+            .agg(
+                pl.len().cast(pl.Int64).alias("count"),
+                pl.col("value").sum().alias("sum_value"),
+                pl.col("value").max().alias("max_value"),
+            )
+        )
+        if state is None:
+            out = batch
+            state = batch
+        else:
+            out = batch.join(state, on="key", how="left", suffix="_old").select(
+                "key",
+                (pl.col("count") + pl.col("count_old").fill_null(0)).alias("count"),
+                (pl.col("sum_value") + pl.col("sum_value_old").fill_null(0)).alias("sum_value"),
+                pl.max_horizontal("max_value", "max_value_old").alias("max_value"),
+            )
+            state = state.update(out, on="key", how="full")
+        outputs.append(out)
+        epoch_seconds.append(time.perf_counter() - e0)
+    checksums = [ck.checksum_arrow(out.to_arrow()) for out in outputs]
+    return VariantResult(
+        "polars_limit", epochs.total_records, sum(epoch_seconds), epoch_seconds, checksums
+    )
+
+
+def _child_report(argv: list[str], work: Path) -> dict[str, Any] | None:
+    """Run a child `python -m bench.engine` and return its JSON (None when it failed)."""
+    import subprocess
+
+    proc = subprocess.run(
+        [*argv, "--work-dir", str(work)], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    shutil.rmtree(work, ignore_errors=True)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        log(f"child {' '.join(argv[2:])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        return None
+    return json.loads(lines[-1])
+
 
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
@@ -485,6 +834,11 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
         "engine_python_rps": rps("engine_python"),
         "spark_tws_rps": rps("spark_tws"),
         "ratio_python_vs_spark_tws": _ratio(rps("engine_python"), rps("spark_tws")),
+        "spark_tws_row_rps": rps("spark_tws_row"),
+        "ratio_python_vs_spark_tws_row": _ratio(rps("engine_python"), rps("spark_tws_row")),
+        "limit_rps": rps("polars_limit"),
+        "ratio_vs_limit": _ratio(rps("engine"), rps("polars_limit")),
+        "engine_phase_breakdown": _phase_breakdown(r.get("engine"), r.get("polars_limit")),
         "incremental_keys": s.incremental_keys,
         "incremental_keys_touched_per_epoch": round(s.incremental_keys * s.incremental_fraction),
         "bytes_written_per_epoch": round(bytes_written) if bytes_written is not None else None,
@@ -525,8 +879,66 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
         for name in ("engine", "engine_python", "engine_incremental")
         if name in r
     }
+    for key in (
+        "scale_1_to_2",
+        "live_rescale_epochs_lost",
+        "live_rescale_gap_ratio",
+        "recovery_s",
+        "recovery_ratio",
+    ):
+        report[key] = None  # a part not selected: its figures stay null
+    report["driver_model"] = None
+    report.update(bench.extra)
     report.update(extra)
+    report["peers_jvm_options"] = {name: extra["jvm"] for name in r}
     return report
+
+
+def _phase_breakdown(
+    engine: VariantResult | None, limit: VariantResult | None
+) -> dict[str, float] | None:
+    """Where one steady engine epoch goes (median over epochs 2..n), beside the limit's epoch.
+
+    tasks_s: the longest map + reduce task (reading, hashing, Arrow transfer, aggregating, state
+    chunks and output objects written); spark_and_driver_s: the rest of the time before the
+    commit (planning, Spark job scheduling, task launch, shuffle, collecting reports);
+    commit_s: manifest and ref CAS; other_s: the remainder of the epoch.
+    """
+    if engine is None:
+        return None
+    x = engine.extra
+
+    def med(values: list[Any]) -> float:
+        rest = [float(v or 0) for v in values[1:]] or [float(v or 0) for v in values]
+        return statistics.median(rest)
+
+    duration = med(x["duration_s"])
+    pairs = zip(x["map_s"], x["reduce_s"], strict=True)
+    tasks = med([float(m or 0) + float(r or 0) for m, r in pairs])
+    process = med(x["process_s"])
+    commit = med(x["commit_ms"]) / 1000
+    out = {
+        "epoch_s": round(duration, 4),
+        "tasks_s": round(tasks, 4),
+        "spark_and_driver_s": round(max(process - tasks, 0.0), 4),
+        "commit_s": round(commit, 4),
+        "other_s": round(max(duration - process - commit, 0.0), 4),
+    }
+    if limit is not None:
+        out["limit_epoch_s"] = round(limit.steady_epoch_s, 4)
+    return out
+
+
+def effective_jvm(spark: SparkSession) -> dict[str, Any]:
+    """The driver JVM's actual input arguments and heap, as the JVM reports them."""
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    return {
+        # -X options only: Spark's own --add-opens / module flags are the same for everyone
+        "jvm_arguments": [str(a) for a in args if str(a).startswith("-X")],
+        "max_heap_mb": round(jvm.java.lang.Runtime.getRuntime().maxMemory() / 2**20),
+    }
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -544,6 +956,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--work-dir", help="data, checkpoints, default store (kept when given)")
     p.add_argument("--store-url", help="snapshot store URL (default: file://<work-dir>/store)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-up (debugging only)")
+    p.add_argument("--progress-json", help="rewrite this file with the report after each part")
+    p.add_argument("--warm-keys", type=int, help="keys and records of the warm-up epochs")
+    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.add_argument(
+        "--routing", default="auto", choices=("auto", "scan", "shuffle"), help="engine routing"
+    )
     p.add_argument(
         "--variants",
         default=",".join(VARIANTS),
@@ -578,6 +996,8 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
         )
         if getattr(args, name) is not None
     }
+    if args.warm_keys is not None:
+        overrides["warm_keys"] = overrides["warm_records"] = args.warm_keys
     for name, value in overrides.items():
         if value < 1:
             raise SystemExit(f"--{name.replace('_', '-')} must be >= 1")
@@ -645,36 +1065,49 @@ def main(argv: list[str] | None = None) -> int:
 
             peak.phase("session")
             t0 = time.perf_counter()
-            spark = build_spark_session(master="local[2]", app_name="bench-engine")
+            spark = build_spark_session(
+                master=args.master,
+                app_name="bench-engine",
+                conf={"spark.driver.memory": DRIVER_MEMORY},  # the JVM's defaults otherwise
+            )
+            jvm = effective_jvm(spark)
             session_s = time.perf_counter() - t0
             log(
                 f"SparkSession {spark.version} {spark.sparkContext.master} in {session_s:.1f} s "
                 f"(excluded from every rate); tree RSS {tree_rss_mb():.0f} MB"
             )
-            bench = Bench(spark, work, store_url, sizes, args.variants)
+            bench = Bench(spark, work, store_url, sizes, args.variants, routing=args.routing)
             if not args.no_warm:
                 peak.phase("warm")
                 bench.warm(args.parts)
+            loads: dict[str, list[float]] = {}
+
+            def context() -> dict[str, Any]:
+                return {
+                    "spark_session_start_s": round(session_s, 2),
+                    "master": args.master,
+                    "driver_memory": DRIVER_MEMORY,
+                    "jvm": jvm,
+                    "wall_s": round(time.perf_counter() - started, 1),
+                    "cpus": os.cpu_count(),
+                    "loadavg_start": [round(x, 2) for x in load_start],
+                    "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+                    "loadavg_by_part": loads,
+                    "spark_version": spark.version,
+                    "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    "quick": args.quick,
+                    **_code_version(),
+                }
+
             for part in args.parts:
                 peak.phase(part)
                 log(f"== part {part}")
                 getattr(bench, part)()
-        report = build_report(
-            bench,
-            args.parts,
-            peak,
-            {
-                "spark_session_start_s": round(session_s, 2),
-                "wall_s": round(time.perf_counter() - started, 1),
-                "cpus": os.cpu_count(),
-                "loadavg_start": [round(x, 2) for x in load_start],
-                "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-                "spark_version": spark.version,
-                "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                "quick": args.quick,
-                **_code_version(),
-            },
-        )
+                loads[part] = [round(x, 2) for x in os.getloadavg()]
+                if args.progress_json:  # the figures so far, should the run be cut short
+                    partial = build_report(bench, args.parts, peak, context())
+                    Path(args.progress_json).write_text(json.dumps(partial) + "\n")
+        report = build_report(bench, args.parts, peak, context())
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)

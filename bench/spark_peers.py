@@ -1,14 +1,20 @@
-"""The Spark peers the engine is measured against (configured as in spark-baseline.md).
+"""The Spark peers the engine is measured against, on a session with the JVM's defaults.
 
 - `run_spark_builtin`: Structured Streaming ``groupBy("key").agg(count, sum, max)`` in update
   mode with the default (HDFS-backed) state store; ``maxFilesPerTrigger=1`` so every epoch file
   is one micro-batch, ``trigger(availableNow=True)``, a fresh checkpoint location, and a
-  ``foreachBatch`` sink running one checksum aggregate per batch.
-- `run_stateless`: ``spark.read.parquet(file).groupBy("key").agg(...)`` per epoch file, the same
-  checksum aggregate as the action. No state: its outputs are per-epoch partials, so its
-  checksums are compared with `checksum.reference_per_epoch`, not with the stateful variants.
+  ``foreachBatch`` sink writing each batch's output rows to Parquet.
+- `run_stateless`: ``spark.read.parquet(file).groupBy("key").agg(...)`` per epoch file, written
+  to Parquet. No state: its outputs are per-epoch partials, so its checksums are compared with
+  `checksum.reference_per_epoch`, not with the stateful variants.
 - `run_spark_tws`: ``transformWithStateInPandas`` with a ``ValueState`` of (count, sum, max) per
-  key on the RocksDB state store, update mode, the same ``foreachBatch`` sink.
+  key on the RocksDB state store, update mode, the same sink.
+- `run_spark_tws_row`: the Row-based ``transformWithState`` (one Python ``Row`` at a time
+  instead of pandas frames), otherwise the same as `run_spark_tws`.
+
+Same work in every timed window: each variant, the engine too, writes its output rows durably
+inside the window (the engine commits them to its store) and nothing else; the checksums of
+every variant are computed after the window ends, from what was written.
 
 Rate = records ÷ wall time from ``start()`` until ``awaitTermination()`` returns (stateless:
 the sum of the per-file jobs). Per-epoch seconds come from each micro-batch's
@@ -25,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from bench.checksum import Checksum, checksum_spark
+from bench.checksum import Checksum, checksum_arrow
 from bench.datagen import SPARK_SCHEMA_DDL, EpochSet
 from bench.timing import VariantResult
 
@@ -76,6 +82,15 @@ def _silence_loggers(spark: SparkSession) -> None:
         configurator.setLevel(name, level)
 
 
+def written_checksums(out: Path) -> list[Checksum]:
+    """Checksums of the batches a peer wrote under `out` (``<n>/`` folders, in order), computed
+    after its timed window."""
+    import pyarrow.parquet as pq
+
+    batches = sorted((int(p.name), p) for p in out.iterdir() if p.name.isdigit())
+    return [checksum_arrow(pq.read_table(str(path))) for _, path in batches]
+
+
 def _stream(
     spark: SparkSession,
     epochs: EpochSet,
@@ -85,10 +100,11 @@ def _stream(
 ) -> VariantResult:
     """Run one availableNow streaming query over `epochs`, one file per micro-batch."""
     shutil.rmtree(checkpoint, ignore_errors=True)
-    checksums: dict[int, Checksum] = {}
+    out = checkpoint.with_name(checkpoint.name + "-out")
+    shutil.rmtree(out, ignore_errors=True)
 
     def sink(batch: DataFrame, batch_id: int) -> None:
-        checksums[batch_id] = checksum_spark(batch)
+        batch.write.mode("overwrite").parquet(str(out / str(batch_id)))
 
     source = (
         spark.readStream.schema(SPARK_SCHEMA_DDL)
@@ -117,9 +133,10 @@ def _stream(
     rows_in = sum(int(p["numInputRows"]) for p in progress)
     if rows_in != epochs.total_records:
         raise RuntimeError(f"{name} read {rows_in} records, expected {epochs.total_records}")
-    ordered = [checksums[b] for b in sorted(checksums)]
+    checksums = written_checksums(out)  # after the timed window
     shutil.rmtree(checkpoint, ignore_errors=True)
-    return VariantResult(name, rows_in, seconds, epoch_seconds, ordered)
+    shutil.rmtree(out, ignore_errors=True)
+    return VariantResult(name, rows_in, seconds, epoch_seconds, checksums)
 
 
 def run_spark_builtin(spark: SparkSession, epochs: EpochSet, checkpoint: Path) -> VariantResult:
@@ -128,13 +145,16 @@ def run_spark_builtin(spark: SparkSession, epochs: EpochSet, checkpoint: Path) -
     return _stream(spark, epochs, "spark_builtin", _aggregate, checkpoint)
 
 
-def run_stateless(spark: SparkSession, epochs: EpochSet) -> VariantResult:
-    """spark.read.parquet(file).groupBy().agg() per epoch file: no state, the ceiling."""
-    epoch_seconds, checksums = [], []
-    for path in epochs.files():
+def run_stateless(spark: SparkSession, epochs: EpochSet, out: Path) -> VariantResult:
+    """spark.read.parquet(file).groupBy().agg() per epoch file, written to Parquet: no state."""
+    shutil.rmtree(out, ignore_errors=True)
+    epoch_seconds = []
+    for n, path in enumerate(epochs.files()):
         t0 = time.perf_counter()
-        checksums.append(checksum_spark(_aggregate(spark.read.parquet(str(path)))))
+        _aggregate(spark.read.parquet(str(path))).write.parquet(str(out / str(n)))
         epoch_seconds.append(time.perf_counter() - t0)
+    checksums = written_checksums(out)  # after the timed window
+    shutil.rmtree(out, ignore_errors=True)
     return VariantResult(
         "stateless", epochs.total_records, sum(epoch_seconds), epoch_seconds, checksums
     )
@@ -169,6 +189,42 @@ class RunningAggregate(StatefulProcessor):  # type: ignore[misc,valid-type]
         pass
 
 
+class RunningAggregateRows(StatefulProcessor):  # type: ignore[misc,valid-type]
+    """`RunningAggregate` for the Row-based ``transformWithState``: rows one at a time."""
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState("agg", STATE_DDL)
+
+    def handleInputRows(self, key: Any, rows: Iterator[Any], timerValues: Any = None) -> Iterator:
+        from pyspark.sql import Row
+
+        previous = self.state.get()
+        if previous is None:
+            count, total, maximum = 0, 0, None
+        else:
+            count, total, maximum = int(previous[0]), int(previous[1]), int(previous[2])
+        for row in rows:
+            value = row.value
+            count += 1
+            total += value
+            if maximum is None or value > maximum:
+                maximum = value
+        self.state.update((count, total, maximum))
+        yield Row(key=key[0], count=count, sum_value=total, max_value=maximum)
+
+    def close(self) -> None:
+        pass
+
+
+def _tws_row(df: DataFrame) -> DataFrame:
+    return df.groupBy("key").transformWithState(
+        statefulProcessor=RunningAggregateRows(),
+        outputStructType=OUTPUT_DDL,
+        outputMode="Update",
+        timeMode="None",
+    )
+
+
 def _tws(df: DataFrame) -> DataFrame:
     return df.groupBy("key").transformWithStateInPandas(
         statefulProcessor=RunningAggregate(),
@@ -184,5 +240,15 @@ def run_spark_tws(spark: SparkSession, epochs: EpochSet, checkpoint: Path) -> Va
     spark.conf.set(PROVIDER_CONF, ROCKSDB_PROVIDER)
     try:
         return _stream(spark, epochs, "spark_tws", _tws, checkpoint)
+    finally:
+        spark.conf.unset(PROVIDER_CONF)
+
+
+def run_spark_tws_row(spark: SparkSession, epochs: EpochSet, checkpoint: Path) -> VariantResult:
+    """The Row-based transformWithState on the RocksDB state store."""
+    _silence_loggers(spark)
+    spark.conf.set(PROVIDER_CONF, ROCKSDB_PROVIDER)
+    try:
+        return _stream(spark, epochs, "spark_tws_row", _tws_row, checkpoint)
     finally:
         spark.conf.unset(PROVIDER_CONF)

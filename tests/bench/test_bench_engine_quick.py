@@ -17,7 +17,7 @@ import pytest
 
 from bench import checksum as ck
 from bench.datagen import EpochSet
-from bench.engine import REQUIRED_KEYS
+from bench.engine import PARTS, REQUIRED_KEYS
 from tests.conftest import require_service
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -58,13 +58,24 @@ def test_bench_engine_quick(tmp_path: Path) -> None:
     require_service("Java", shutil.which("java") is not None, "install OpenJDK 17")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
+    # every part but scale and recovery, which start more Spark sessions in child processes
+    parts = ",".join(p for p in PARTS if p not in ("scale", "recovery"))
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.engine", "--quick", "--work-dir", str(tmp_path / "w")],
+        [
+            sys.executable,
+            "-m",
+            "bench.engine",
+            "--quick",
+            "--parts",
+            parts,
+            "--work-dir",
+            str(tmp_path / "w"),
+        ],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=540,
     )
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     assert lines, f"no stdout; stderr tail:\n{proc.stderr[-4000:]}"
@@ -74,7 +85,16 @@ def test_bench_engine_quick(tmp_path: Path) -> None:
     assert not missing, missing
     assert report["checksums_match"] is True, report["checksum_problems"]
     for key in REQUIRED_KEYS:
-        assert report[key] is not None, key
+        assert report[key] is not None or key.startswith(("scale", "recovery")), key
+    assert report["live_rescale_epochs_lost"] == 0
+    assert sorted(set(report["live_rescale_parallelism"])) == [2, 3]
+    assert report["limit_rps"] > report["engine_rps"]  # no Spark, no durability: the ceiling
+    for variant, options in report["peers_jvm_options"].items():  # the JVM's defaults
+        flags = " ".join(options["jvm_arguments"])
+        assert "TieredStopAtLevel" not in flags and "UseSerialGC" not in flags, variant
+        assert options["max_heap_mb"] > 2048, variant  # driver_memory 4g, not Spark's 1g
+    assert report["driver_memory"] == "4g"
+    assert len(report["driver_points"]) == 6
     assert report["engine_rps"] > 0 and report["spark_builtin_rps"] > 0
     assert report["engine_python_rps"] > 0 and report["spark_tws_rps"] > 0
     assert report["bytes_written_per_epoch"] > 0
@@ -86,5 +106,7 @@ def test_bench_engine_quick(tmp_path: Path) -> None:
         "stateless",
         "engine_python",
         "spark_tws",
+        "spark_tws_row",
         "engine_incremental",
+        "polars_limit",
     }
