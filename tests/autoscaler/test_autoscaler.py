@@ -203,5 +203,12 @@ def test_job_page_shows_the_recommendation_and_why(job: Job) -> None:
     assert 'data-action="scale_up"' in page
     assert f"Recommends parallelism <strong>{decision.recommended_parallelism}</strong>" in page
     assert f"Why: {decision.reason}" in page
-    live = client.get("/jobs/clicks-main/live/").content.decode()
-    assert 'id="job-autoscaler" hx-swap-oob="true"' in live
+    live = client.get("/jobs/clicks-main/live/")
+    assert 'id="job-autoscaler" hx-swap-oob="true"' in live.content.decode()
+    unchanged = client.get("/jobs/clicks-main/live/", HTTP_IF_NONE_MATCH=live["ETag"])
+    assert unchanged.status_code == 304
+    # a new decision is a change of the job: the live parts' ETag moves
+    commit(job, [(2000, 4.0, 4)])
+    assert evaluate(job) is not None
+    again = client.get("/jobs/clicks-main/live/", HTTP_IF_NONE_MATCH=live["ETag"])
+    assert again.status_code == 200 and again["ETag"] != live["ETag"]
