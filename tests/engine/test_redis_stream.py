@@ -219,3 +219,30 @@ def test_fork_and_rollback_resume_where_the_snapshot_stopped(
     again = EpochRunner(spark, _job(source), repo=repo, parallelism=1).run()
     assert sum(r.records_in for r in again) == 40
     assert _totals(repo) == expected
+
+
+def test_job_entry_point_stops_with_status_3_saying_what_was_lost(
+    spark: Any,
+    tmp_path: Any,
+    redis_client: Any,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests.engine.crash_harness import run_job
+    from tests.engine.jobs import STREAM_ENV, stream_job
+
+    (a,) = _streams(redis_client, 1)
+    _publish(redis_client, a, _records(1000))
+    spec = f"redis:{redis_url}|{a}"
+    monkeypatch.setenv(STREAM_ENV, spec)
+    store = f"file://{tmp_path}/store"
+    first = EpochRunner(spark, stream_job(), repo=Repository.open(store, "lost")).run_epoch()
+    assert first is not None and first.records_in == 400
+    redis_client.xtrim(a, maxlen=100, approximate=False)  # 400 read and 500 unread entries go
+    run = run_job(store=store, namespace="lost", data="", job="tests.engine.jobs:stream_job",
+                  extra_env={STREAM_ENV: spec})  # fmt: skip
+    assert run.returncode == 3, run.events
+    last = run.events[-1]
+    assert last["event"] == "stopped" and str(last["reason"]).startswith("data lost: ")
+    assert "retention deleted 500 entries the snapshot had not read" in str(last["reason"])
+    assert run.committed == [] and run.head_epoch == 1
