@@ -37,13 +37,13 @@ def _demo(var_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.spark
 def test_demo_commits_epochs_indexes_them_and_resumes_from_the_head(tmp_path: Path) -> None:
-    first = _demo(tmp_path, "--epochs", "2", "--records", "500")
+    first = _demo(tmp_path, "--input-batches", "2", "--records", "500")
     assert "start succeeded" in first.stdout, first.stdout
     assert "the job has consumed all 1000 input records" in first.stdout
     assert "(2 indexed)" in first.stdout
     assert "worker stopped" in first.stdout
 
-    second = _demo(tmp_path, "--epochs", "1", "--records", "500")
+    second = _demo(tmp_path, "--input-batches", "1", "--records", "500")
     assert "epoch    3" in second.stdout  # resumed from the head, not from scratch
     assert "(3 indexed)" in second.stdout
     assert not list((tmp_path / "runs").glob("*/pid")) or _no_live_runs(tmp_path)
@@ -64,7 +64,7 @@ def _no_live_runs(var_dir: Path) -> bool:
 def test_demo_refuses_nonsense_counts(tmp_path: Path) -> None:
     env = {**os.environ, "EPOCHAL_VAR_DIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "manage.py", "demo", "--no-serve", "--epochs", "0"],
+        [sys.executable, "manage.py", "demo", "--no-serve", "--input-batches", "0"],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -88,7 +88,7 @@ def test_demo_runs_the_job_from_a_rabbitmq_stream(
     stream = f"epochal-demo-test-{uuid.uuid4().hex[:8]}"
     monkeypatch.setenv("RABBITMQ_STREAM_URL", rabbitmq_stream_url)
     try:
-        done = _demo(tmp_path, "--epochs", "2", "--records", "400", "--source",
+        done = _demo(tmp_path, "--input-batches", "2", "--records", "400", "--source",
                      "rabbitmq-stream", "--stream", stream)  # fmt: skip
     finally:
         delete_stream(rabbitmq_stream_url, stream)

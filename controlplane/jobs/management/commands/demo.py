@@ -4,8 +4,13 @@ Generates clickstream input, registers the example session-statistics job
 (runners/jobs/clickstream.py), starts a Celery worker with the reconciler (beat), asks it to
 start the job — a real PySpark run of the epoch-commit engine on Spark `local[2]`, launched by
 the local launcher — prints each epoch as it commits, then serves the dashboard, the REST API
-and the admin while a feeder adds input every few seconds. Ctrl-C stops the job at an epoch
-boundary and the worker. Running it again resumes the job from its branch head.
+and the admin while a feeder adds input every few seconds, still printing each new epoch.
+Its login and URL are printed at the start of every run.
+
+Ctrl-C, SIGTERM (`kill`, a supervisor) and SIGHUP (a closed terminal) all stop the job at an
+epoch boundary (a stop operation), then the Celery worker's process group; a job run the stop
+could not end is terminated. Running it again resumes the job from its branch head: the demo
+prints a one-line summary of the history, then only the new epochs.
 
 ``--source rabbitmq-stream`` publishes the same clicks to the RabbitMQ stream
 ``epochal-demo-clicks`` (``RABBITMQ_STREAM_URL``, default the local broker's stream plugin on
@@ -14,6 +19,8 @@ port 5552) and runs the job on the RabbitMQ Streams source instead of the files.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import os
 import signal
@@ -34,6 +41,8 @@ STREAM = "epochal-demo-clicks"
 DEFAULT_STREAM_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
 JOB = "clickstream-main"
 BRANCH = "main"
+DEMO_USER = "admin"
+DEMO_PASSWORD = "epochal-demo"  # a local-only login: the demo's server binds 127.0.0.1
 
 
 class Command(BaseCommand):
@@ -43,7 +52,15 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--epochs", type=int, default=8, help="input files to start with")
+        parser.add_argument(
+            "--input-batches",
+            type=int,
+            default=8,
+            help="input files to generate before starting (each becomes about one epoch)",
+        )
+        parser.add_argument(  # the old name of --input-batches, kept so old scripts still run
+            "--epochs", type=int, dest="deprecated_epochs", default=None, help=argparse.SUPPRESS
+        )
         parser.add_argument("--records", type=int, default=5_000, help="clicks per input file")
         parser.add_argument("--parallelism", type=int, default=2, help="tasks (default 2)")
         parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
@@ -69,9 +86,17 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        if options["epochs"] < 1 or options["records"] < 1 or options["parallelism"] < 1:
-            raise CommandError("--epochs, --records and --parallelism must be positive")
+        if options["deprecated_epochs"] is not None:
+            self.stderr.write(
+                "--epochs is deprecated (it counts input batches): use --input-batches"
+            )
+            options["input_batches"] = options["deprecated_epochs"]
+        if min(options["input_batches"], options["records"], options["parallelism"]) < 1:
+            raise CommandError("--input-batches, --records and --parallelism must be positive")
         self.options = options
+        self._stopping = False
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self._on_signal)  # even when started with SIGINT ignored (&)
         store_url: str = settings.EPOCHAL_STORE_URL
         self.input_dir = Path(settings.VAR_DIR) / "demo" / "clickstream-input"
         self.stream_url = os.environ.get("RABBITMQ_STREAM_URL", DEFAULT_STREAM_URL)
@@ -93,7 +118,7 @@ class Command(BaseCommand):
             f"{settings.DATABASES['default']['ENGINE'].rsplit('.', 1)[-1]}"
         )
         existing = self._files()
-        self._generate(existing + options["epochs"])
+        self._generate(existing + options["input_batches"])
         call_command(
             "register",
             APPLICATION,
@@ -108,19 +133,40 @@ class Command(BaseCommand):
             stdout=self.stdout,
         )
         login = self._ensure_demo_login()
+        if not options["no_serve"]:
+            self.stdout.write(f"login:  {login}   at {self._base_url()}/ once the job runs")
+        seen = self._summarise_history()
         worker = self._start_worker()
         serving = False
         try:
             self._start_job()
-            head = self._follow_commits(timeout_s=600)
+            self._follow_commits(seen, timeout_s=600)
             call_command("reindex", application=APPLICATION, verbosity=1, stdout=self.stdout)
-            self._print_log(head)
             if options["no_serve"]:
                 return
             serving = True
-            self._serve(login)
+            self._serve(login, seen)
+        except KeyboardInterrupt:
+            pass  # a signal (see _on_signal): stop the job and the worker below
         finally:
-            self._shutdown(worker, stop_job=True, quiet=not serving)
+            self._shutdown(worker, stop_job=True, quiet=not serving and not self._stopping)
+
+    # -- signals -----------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        """The first Ctrl-C, SIGTERM or SIGHUP interrupts whatever the demo is doing (like
+        Ctrl-C); later ones, while the demo stops the job and the worker, are noted only."""
+        if self._stopping:
+            self._say(f"{signal.Signals(signum).name} received: still stopping …")
+            return
+        self._stopping = True
+        self._say(f"\n{signal.Signals(signum).name} received: stopping")
+        raise KeyboardInterrupt
+
+    def _say(self, line: str) -> None:
+        """Print, unless the terminal is gone (after SIGHUP): stopping must go on."""
+        with contextlib.suppress(OSError, ValueError):
+            self.stdout.write(line)
 
     # -- input -------------------------------------------------------------------------------
 
@@ -236,39 +282,63 @@ class Command(BaseCommand):
         op = follow(requested.operation, self.stdout.write, timeout_s=300)
         if op.state != "succeeded":
             raise CommandError(f"the job did not start: {op.error_message or op.state}")
+        self.stdout.write("start succeeded")
 
-    def _follow_commits(self, *, timeout_s: float) -> str:
-        """Print each epoch as it commits until the job has consumed all input; the head."""
+    def _repository(self) -> Any:
         from controlplane.jobs.selectors import job_get
         from controlplane.jobs.store import job_repository
 
-        repo = job_repository(job_get(name=JOB))
+        return job_repository(job_get(name=JOB))
+
+    def _summarise_history(self) -> set[str]:
+        """On a restart, one line about the branch's history instead of every epoch again;
+        the snapshots already there (not printed again)."""
+        repo = self._repository()
+        ref = repo.read_ref(f"heads/{BRANCH}")
+        if ref is None:
+            return set()
+        history = list(repo.log(ref.target, first_parent=True))
+        head = history[0][1]
+        self.stdout.write(
+            f"resuming: {BRANCH} has {len(history)} commits, head epoch {head.epoch} "
+            f"({head.kind}, p={head.parallelism}, snapshot {ref.target[:12]}); "
+            "new epochs follow (`.venv/bin/epochal log main` shows the history)"
+        )
+        return {sid for sid, _ in history}
+
+    def _print_new_commits(self, repo: Any, seen: set[str]) -> tuple[str | None, int]:
+        """Print the branch's commits not printed yet, oldest first; the head and the input
+        records its history consumed."""
+        ref = repo.read_ref(f"heads/{BRANCH}")
+        if ref is None:
+            return None, 0
+        consumed = 0
+        new = []
+        for sid, m in repo.log(ref.target, first_parent=True):
+            consumed += int(m.stats.get("records_in", 0)) + int(m.stats.get("dead_letters", 0))
+            if sid not in seen:
+                seen.add(sid)
+                new.append((sid, m))
+        for sid, m in reversed(new):
+            s = m.stats
+            self._say(
+                f"  epoch {m.epoch:>4}  {m.kind:<8} {int(s.get('records_in', 0)):>7} records "
+                f"in  {int(s.get('output_rows', 0)):>6} sessions out  "
+                f"{int(s.get('dead_letters', 0)):>3} dead letters  p={m.parallelism}  "
+                f"snapshot {sid[:12]}"
+            )
+        return ref.target, consumed
+
+    def _follow_commits(self, seen: set[str], *, timeout_s: float) -> str:
+        """Print each epoch as it commits until the job has consumed all input; the head."""
+        repo = self._repository()
         total = self._input_records()
-        seen: set[str] = set()
         started = time.monotonic()
         while True:
-            ref = repo.read_ref(f"heads/{BRANCH}")
-            consumed = 0
-            new = []
-            if ref is not None:
-                for sid, m in repo.log(ref.target, first_parent=True):
-                    consumed += int(m.stats.get("records_in", 0)) + int(
-                        m.stats.get("dead_letters", 0)
-                    )
-                    if sid not in seen:
-                        seen.add(sid)
-                        new.append((sid, m))
-            for sid, m in reversed(new):
-                s = m.stats
-                self.stdout.write(
-                    f"  epoch {m.epoch:>4}  {m.kind:<8} {int(s.get('records_in', 0)):>7} records "
-                    f"in  {int(s.get('output_rows', 0)):>6} sessions out  "
-                    f"{int(s.get('dead_letters', 0)):>3} dead letters  p={m.parallelism}  "
-                    f"snapshot {sid[:12]}"
-                )
-            if ref is not None and consumed >= total:
+            head, consumed = self._print_new_commits(repo, seen)
+            if head is not None and consumed >= total:
                 self.stdout.write(f"the job has consumed all {total} input records")
-                return ref.target
+                return head
             if time.monotonic() - started > timeout_s:
                 raise CommandError(
                     f"the job consumed {consumed} of {total} records in {timeout_s:g} s; see "
@@ -276,24 +346,30 @@ class Command(BaseCommand):
                 )
             time.sleep(1)
 
-    def _serve(self, login: str) -> None:
+    def _base_url(self) -> str:
+        return f"http://127.0.0.1:{self.options['port']}"
+
+    def _serve(self, login: str, seen: set[str]) -> None:
         port = self.options["port"]
-        base = f"http://127.0.0.1:{port}"
+        base = self._base_url()
         self.stdout.write(
             self.style.SUCCESS(
                 f"\nDashboard:  {base}/            ({login})\n"
                 f"REST API:   {base}/api/  (OpenAPI UI {base}/api/docs/)\n"
                 f"Admin:      {base}/admin/\n"
                 f"Metrics:    {base}/metrics\n"
-                f"CLI:        .venv/bin/python manage.py jobs | rescale {JOB} -p 3 | "
+                f"CLI:        .venv/bin/epochal jobs | rescale {JOB} -p 3 | "
                 f"rollback {JOB} --to <snapshot> | log {BRANCH}\n"
                 f"The job keeps running; a new input file arrives every "
-                f"{self.options['feed_every']:g} s. Ctrl-C stops the job and the worker."
+                f"{self.options['feed_every']:g} s and each new epoch is printed below. "
+                "Ctrl-C (or SIGTERM, SIGHUP) stops the job at an epoch boundary and the worker."
             )
         )
         stop = threading.Event()
         if self.options["feed_every"] > 0:
             threading.Thread(target=self._feed, args=(stop,), daemon=True).start()
+        repo = self._repository()
+        threading.Thread(target=self._watch, args=(repo, seen, stop), daemon=True).start()
         try:
             call_command("runserver", f"127.0.0.1:{port}", use_reloader=False)
         finally:
@@ -302,6 +378,14 @@ class Command(BaseCommand):
     def _feed(self, stop: threading.Event) -> None:
         while not stop.wait(self.options["feed_every"]):
             self._generate(self._files() + 1)
+
+    def _watch(self, repo: Any, seen: set[str], stop: threading.Event) -> None:
+        """While serving: print each new epoch (and rescale, rollback …) as it commits."""
+        while not stop.wait(1.0):
+            try:
+                self._print_new_commits(repo, seen)
+            except Exception as exc:  # a store read racing a commit: try again next second
+                self._say(f"  (could not read the branch: {exc})")
 
     def _shutdown(self, worker: subprocess.Popen[bytes], *, stop_job: bool, quiet: bool) -> None:
         from controlplane.cli.operations import follow
@@ -312,7 +396,7 @@ class Command(BaseCommand):
         try:
             job = job_get(name=JOB)
             if stop_job and job_is_running(job) and worker.poll() is None:
-                self.stdout.write(f"stopping job {JOB} at its next epoch boundary …")
+                self._say(f"stopping job {JOB} at its next epoch boundary …")
                 requested = operation_request(
                     kind="stop",
                     application=job.application,
@@ -320,9 +404,7 @@ class Command(BaseCommand):
                     via="cli",
                     reason="manage.py demo finished",
                 )
-                follow(
-                    requested.operation, self.stdout.write if not quiet else _drop, timeout_s=120
-                )
+                follow(requested.operation, self._say if not quiet else _drop, timeout_s=120)
         finally:
             if worker.poll() is None:
                 os.killpg(worker.pid, signal.SIGTERM)
@@ -331,31 +413,49 @@ class Command(BaseCommand):
                 except subprocess.TimeoutExpired:
                     os.killpg(worker.pid, signal.SIGKILL)
                     worker.wait()
-            self.stdout.write("worker stopped")
+            self._say("worker stopped")
+            self._terminate_leftover_runs()
+
+    def _terminate_leftover_runs(self) -> None:
+        """A job run the stop operation did not end (it timed out, the worker was gone):
+        SIGTERM then SIGKILL its process group, so nothing of the demo outlives it."""
+        import json
+
+        from runners.local import group_members
+
+        for pid_file in (Path(settings.VAR_DIR) / "runs").glob("*/pid"):
+            try:
+                pid = int(json.loads(pid_file.read_text())["pid"])
+            except (OSError, ValueError, KeyError):
+                continue
+            if not group_members(pid):
+                continue
+            self._say(f"run {pid_file.parent.name} still running: terminating it")
+            for signum, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signum)
+                deadline = time.monotonic() + wait_s
+                while group_members(pid) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                if not group_members(pid):
+                    break
 
     # -- output ------------------------------------------------------------------------------
 
     def _ensure_demo_login(self) -> str:
-        """A local-only admin login for the demo, created once (the server binds 127.0.0.1)."""
+        """The demo's local-only admin login (the server binds 127.0.0.1), created on the first
+        run; what to log in with, user and password, on every run."""
         from django.contrib.auth import get_user_model
 
         users = get_user_model()
-        if users.objects.filter(is_superuser=True).exists():
-            return "log in with your superuser"
-        users.objects.create_superuser("admin", "admin@localhost", "epochal-demo")
-        return "login admin / epochal-demo — created for this local demo"
-
-    def _print_log(self, head: str) -> None:
-        from controlplane.jobs.selectors import job_get
-        from controlplane.jobs.store import job_repository
-
-        repo = job_repository(job_get(name=JOB))
-        self.stdout.write(f"\nlog {BRANCH} (newest first):")
-        for snapshot_id, manifest in repo.log(head, first_parent=True, limit=10):
-            self.stdout.write(
-                f"  {snapshot_id[:12]}  epoch {manifest.epoch:>4}  {manifest.kind:<8} "
-                f"p={manifest.parallelism}  {manifest.created_at}"
-            )
+        demo = users.objects.filter(username=DEMO_USER, is_superuser=True).first()
+        if demo is not None and demo.check_password(DEMO_PASSWORD):
+            return f"user {DEMO_USER}, password {DEMO_PASSWORD}"
+        other = users.objects.filter(is_superuser=True).order_by("pk").first()
+        if other is not None:
+            return f"user {other.get_username()} with the password you gave it"
+        users.objects.create_superuser(DEMO_USER, "admin@localhost", DEMO_PASSWORD)
+        return f"user {DEMO_USER}, password {DEMO_PASSWORD} (created for this local demo)"
 
 
 def _drop(_line: str) -> None:
