@@ -272,7 +272,16 @@ class Repository:
         if match and match.start() > 0:
             base = self.resolve(rev[: match.start()])
             if match.group(1) is not None:
-                for _ in range(int(match.group(1) or 1)):
+                steps = int(match.group(1) or 1)
+                for step in range(steps):
+                    if not self.read_manifest(base).parents:
+                        prefix = rev[: match.start()]
+                        raise UnknownRevisionError(
+                            rev,
+                            f"it goes back past the root: {prefix}~{step} is the first commit "
+                            f"of its line ({base[:12]}), {steps - step} step(s) short of "
+                            f"{steps}; use {prefix}~{step} or less",
+                        )
                     base = self._parent(rev, base, 1)
                 return base
             return self._parent(rev, base, int(match.group(2) or 1))

@@ -42,6 +42,7 @@ def demo_env(var_dir: Path) -> dict[str, str]:
         "DATABASE_URL": f"sqlite:///{var_dir / 'epochal.sqlite3'}",
         "STORE_URL": f"file://{var_dir / 'store'}",
         "SPARK_LOCAL_IP": "127.0.0.1",
+        "DJANGO_DEBUG": "true",  # as bin/demo sets it: the demo serves with its development key
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -131,6 +132,24 @@ class Demo:
             self.tree.update(children(self.proc.pid))
             time.sleep(0.3)
         raise AssertionError(f"the demo did not print {text!r}; it printed:\n{self.output}")
+
+    def wait_serving(self, *, timeout: float = 600) -> None:
+        """Wait until the demo printed its banner and its server answers HTTP."""
+        import urllib.error
+        import urllib.request
+
+        self.wait_for_line("Dashboard:", timeout=timeout)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{self.url}/login/", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (OSError, urllib.error.URLError) as exc:
+                if time.monotonic() > deadline:
+                    message = f"{self.url} does not answer ({exc}):\n{self.output}"
+                    raise AssertionError(message) from None
+            time.sleep(0.5)
 
     def run_pids(self) -> list[int]:
         """The process-group leaders of every job run the demo's control plane launched."""

@@ -151,12 +151,28 @@ def exception_handler(exc: Exception, context: Mapping[str, Any]) -> Response:
         _link_operation(response, context.get("request"))
         if response.status_code == 401:
             response["WWW-Authenticate"] = response.get("WWW-Authenticate", 'Token realm="api"')
+            _say_what_is_expected(response)
+        elif response.status_code == 415:
+            response.data["error"]["message"] += " Send the body as JSON with the header "
+            response.data["error"]["message"] += "`Content-Type: application/json`."
         return response
     log.exception("unhandled error answering %s", context.get("request"), exc_info=exc)
     return Response(
         error_body("internal_error", "internal error; it was logged on the server"),
         status=status.HTTP_500_INTERNAL_SERVER_ERROR,
     )
+
+
+def _say_what_is_expected(response: Response) -> None:
+    """A 401 names the header it wants, as its WWW-Authenticate challenge does."""
+    scheme = response["WWW-Authenticate"].split(" ", 1)[0] or "Token"
+    how = (
+        "the token configured as EPOCHAL_METRICS_TOKEN, or an API token"
+        if scheme == "Bearer"
+        else "an API token from `manage.py token USERNAME`, or sign in at /login/"
+    )
+    error = response.data["error"]
+    error["message"] += f" Expected: `Authorization: {scheme} <token>` ({how})."
 
 
 def _link_operation(response: Response, request: Any) -> None:

@@ -383,6 +383,10 @@ class OperationRequestSerializer(StrictSerializer):
     kind = serializers.ChoiceField(
         choices=OperationKind.choices,
         help_text="; ".join(f"`{k}`: {SPECS[k].summary}" for k in sorted(SPECS)),
+        error_messages={
+            "invalid_choice": '"{input}" is not an operation kind; the kinds are '
+            + ", ".join(OperationKind.values)
+        },
     )
     params = serializers.DictField(
         required=False, default=dict, help_text="The kind's parameters; see docs/api.md."

@@ -13,6 +13,12 @@ class UnknownRevisionError(LineageError):
     def __init__(self, application: str, rev: str, hint: str = "") -> None:
         self.application = application
         self.rev = rev
+        if not hint and ("~" in rev or "^" in rev):
+            hint = (
+                "the index does not follow ~n / ^n: name the snapshot by id, or resolve the "
+                f"revision in the store with `epochal store --application {application} "
+                f"resolve '{rev}'`"
+            )
         hint = hint or "it may not be indexed yet: run `manage.py reindex --application NAME`"
         super().__init__(
             f"application {application!r} has no snapshot, branch or tag {rev!r}; {hint}"

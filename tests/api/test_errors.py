@@ -127,3 +127,41 @@ def test_throttled_requests_get_429_with_retry_after(
     assert int(response["Retry-After"]) > 0
     assert error["detail"]["retry_after_s"] > 0
     cache.clear()
+
+
+def test_errors_say_what_is_expected(lineage: Lineage, client_for: Client) -> None:
+    """A 401 names the header, a 415 the content type, an unknown kind the valid kinds, a
+    revision past the root how far back the line goes."""
+    anonymous = client_for(None)
+    error = error_of(anonymous.get("/api/jobs/"), 401, "not_authenticated")
+    assert "`Authorization: Token <token>`" in error["message"]
+    bearer = APIClient()
+    bearer.credentials(HTTP_AUTHORIZATION="Bearer not-a-token")
+    error = error_of(bearer.get("/api/jobs/"), 401, "not_authenticated")
+    assert "`Authorization: Token <token>`" in error["message"]
+    error = error_of(anonymous.get("/metrics"), 401, "not_authenticated")
+    assert "`Authorization: Bearer <token>`" in error["message"]
+
+    operator = client_for("operator")
+    url = "/api/jobs/clicks-main/operations/"
+    refused = operator.post(url, data="kind=rescale", content_type="text/plain")
+    error = error_of(refused, 415, "unsupported_media_type")
+    assert '"text/plain"' in error["message"] and "application/json" in error["message"]
+
+    error = error_of(operator.post(url, {"kind": "resize"}), 400, "invalid")
+    assert error["fields"]["kind"] == [
+        '"resize" is not an operation kind; the kinds are start, stop, savepoint, rescale, '
+        "rollback, fork, migrate, align, hotswap"
+    ]
+
+    error = error_of(
+        operator.post(url, {"kind": "rollback", "params": {"to": "main~1000"}}),
+        400,
+        "unknown_snapshot",
+    )
+    assert "goes back past the root: main~4 is the first commit of its line" in error["message"]
+    assert lineage.repo.read_ref("heads/main").target == lineage.main[-1]  # nothing moved
+    error = error_of(
+        operator.get("/api/applications/clicks/snapshots/main~1000/"), 404, "unknown_revision"
+    )
+    assert "resolve 'main~1000'" in error["message"]

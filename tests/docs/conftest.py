@@ -30,7 +30,7 @@ def docs_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DocsPlane]:
     tmp = tmp_path_factory.mktemp("docs")
     demo = Demo(tmp / "var", "--input-batches", "2", "--records", "300", "--feed-every", "0")
     try:
-        demo.wait_for_line("Dashboard:", timeout=600)
+        demo.wait_serving()
         yield DocsPlane(demo, {**demo.env, "E": demo.url}, tmp)
     finally:
         try:
