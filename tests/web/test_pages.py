@@ -229,3 +229,29 @@ def test_audit_page_filters_entries(client_for: ClientFor, lineage: Lineage) -> 
     assert "web rescale" in only and "POST /api/jobs/" not in only
     bad = client.get("/audit/?since=yesterday&operation=42&kind=x").content.decode()
     assert "is not a date" in bad and "is not an operation id" in bad and "is not one of" in bad
+
+
+def test_input_lag_says_unknown_caught_up_or_waiting(lineage: Lineage) -> None:
+    """The job page's input lag: unknown when the source does not report it, never "0 B · not
+    read yet" when all input was read."""
+    from types import SimpleNamespace
+
+    from django.template.loader import render_to_string
+
+    from controlplane.jobs.health import InputBacklog
+
+    def note(backlog: InputBacklog | None) -> str:
+        health = SimpleNamespace(backlog=backlog, alarm="", level="ok")
+        html = render_to_string(
+            "web/partials/job_status.html",
+            {"job": lineage.job, "health": health, "allocation_parallelism": 2},
+        )
+        value = re.search(r'Input lag</span><span class="value">(.*?)</span>', html)
+        text = re.search(r'data-testid="input-lag-note">(.*?)</span>', html)
+        assert value and text
+        return f"{value.group(1)} · {text.group(1)}"
+
+    assert note(None) == "— · unknown: the source does not report it"
+    assert note(InputBacklog(0, "bytes")) == "0 B · caught up: all input read"
+    assert note(InputBacklog(2048, "bytes")).endswith(" · input not read yet")
+    assert note(InputBacklog(5, "rows")) == "5 rows · input not read yet"
