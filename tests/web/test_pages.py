@@ -255,3 +255,23 @@ def test_input_lag_says_unknown_caught_up_or_waiting(lineage: Lineage) -> None:
     assert note(InputBacklog(0, "bytes")) == "0 B · caught up: all input read"
     assert note(InputBacklog(2048, "bytes")).endswith(" · input not read yet")
     assert note(InputBacklog(5, "rows")) == "5 rows · input not read yet"
+
+
+def test_audit_page_shows_details_as_words(client_for: ClientFor, lineage: Lineage) -> None:
+    from controlplane.audit.services import audit_request
+
+    audit_request(
+        user=None,
+        action="web rescale",
+        target="job clicks-main",
+        status_code=202,
+        source="web",
+        detail={"params": {"parallelism": 3, "mode": "live"}, "reason": "", "confirmed": True},
+    )
+    page = client_for("viewer").get("/audit/").content.decode()
+    shown = [
+        htmllib.unescape(d)
+        for d in re.findall(r'data-testid="audit-detail"[^>]*>(.*?)</span>', page)
+    ]
+    assert "confirmed: yes · params: {mode: live · parallelism: 3}" in shown, shown
+    assert "{&#x27;" not in page and "{'" not in page  # no Python dict reprs

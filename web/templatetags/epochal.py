@@ -87,3 +87,22 @@ def get(mapping: Any, key: Any) -> Any:
 def pretty_json(value: Any) -> str:
     """Indented JSON (values JSON does not know are written as text)."""
     return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+@register.filter
+def details(value: Any) -> str:
+    """An audit entry's detail as words: ``key: value`` pairs joined by `` · `` (nested values
+    the same way in braces, lists comma-separated, empty values left out)."""
+    if isinstance(value, dict):
+        parts = [
+            f"{key.replace('_', ' ')}: "
+            + (f"{{{details(item)}}}" if isinstance(item, dict) else details(item))
+            for key, item in sorted(value.items())
+            if item not in (None, "", [], {})
+        ]
+        return " · ".join(parts)
+    if isinstance(value, list | tuple):
+        return ", ".join(details(item) for item in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
