@@ -49,6 +49,7 @@ class GraphRow:
     snapshot: SnapshotSummary | None
     folded: list[SnapshotSummary] = field(default_factory=list)
     refs: list[str] = field(default_factory=list)
+    abandoned: bool = False  # off its branch's current line (e.g. left behind by a rollback)
 
     @property
     def is_fold(self) -> bool:
@@ -222,6 +223,31 @@ def _title(s: SnapshotSummary, refs: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _abandoned(snapshots: Sequence[SnapshotSummary], refs: Mapping[str, list[str]]) -> set[str]:
+    """Snapshots of the window committed on a branch that its head no longer reaches by first
+    parents: the line a rollback left behind still carries the branch's name in its manifests,
+    but it is not that branch any more. Only judged where the head's line, walked inside the
+    window, reaches at least as far back (by generation); elsewhere unknown and not marked."""
+    by_id = {s.snapshot_id: s for s in snapshots}
+    lowest: dict[str, int] = {}  # branch -> lowest generation its line reaches in the window
+    on_line: set[str] = set()
+    for head, names in refs.items():
+        for branch in (n.removeprefix("heads/") for n in names if n.startswith("heads/")):
+            sid = head
+            while sid in by_id and sid not in on_line:
+                on_line.add(sid)
+                lowest[branch] = min(
+                    lowest.get(branch, by_id[sid].generation), by_id[sid].generation
+                )
+                parents = by_id[sid].parent_ids
+                sid = parents[0] if parents else ""
+    return {
+        s.snapshot_id
+        for s in snapshots
+        if s.branch in lowest and s.snapshot_id not in on_line and s.generation >= lowest[s.branch]
+    }
+
+
 def layout(
     snapshots: Sequence[SnapshotSummary],
     refs: Mapping[str, list[str]] | None = None,
@@ -231,6 +257,7 @@ def layout(
     """The drawing of `snapshots` (newest first) with `refs` (snapshot id -> ref names)."""
     refs = refs or {}
     steps = _steps(snapshots)
+    abandoned = _abandoned(snapshots, refs)
     # which steps are hidden in a fold: the middle of a run of plain epochs
     hidden = [False] * len(steps)
     if fold:
@@ -266,7 +293,9 @@ def layout(
             continue
         s = step.snapshot
         row_refs = sorted(refs.get(s.snapshot_id, []))
-        rows.append(GraphRow(top, step.column, s, refs=row_refs))
+        rows.append(
+            GraphRow(top, step.column, s, refs=row_refs, abandoned=s.snapshot_id in abandoned)
+        )
         x = _x(step.column)
         for lane, want in enumerate(step.before):
             if want is None:
@@ -383,8 +412,14 @@ def rows_html(
             f'hx-target="#snapshot-panel" hx-swap="innerHTML" title="{tip}">'
             f'<span class="kcell">{kind if s.kind != "epoch" else ""}</span>'
             f'<span class="epoch">e{s.epoch}</span>'
-            f'<span class="branch-name">{escape(s.branch)}</span>'
-            f'<span class="mono muted">{sid[:10]}</span>{refs}'
+            + (
+                f'<span class="branch-name abandoned" data-testid="abandoned-lane" '
+                f'title="committed on {escape(s.branch)}, left behind by a rollback">'
+                f"abandoned {escape(s.branch)}</span>"
+                if row.abandoned
+                else f'<span class="branch-name">{escape(s.branch)}</span>'
+            )
+            + f'<span class="mono muted">{sid[:10]}</span>{refs}'
             f'<span class="muted small">p={s.parallelism}</span>{why}'
             f'<span class="muted small when">{_ago(s.created_at, now)}</span></a></li>'
         )

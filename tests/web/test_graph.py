@@ -3,13 +3,16 @@ between lanes, lanes bounded, plain epoch runs folded."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from controlplane.lineage.selectors import SnapshotSummary
 from web import graph
 
 
-def snap(sid: str, *parents: str, kind: str = "epoch", branch: str = "main") -> SnapshotSummary:
+def snap(
+    sid: str, *parents: str, kind: str = "epoch", branch: str = "main", generation: int = 1
+) -> SnapshotSummary:
     return SnapshotSummary(
         snapshot_id=sid,
         branch=branch,
@@ -21,7 +24,7 @@ def snap(sid: str, *parents: str, kind: str = "epoch", branch: str = "main") -> 
         config_hash="",
         operation_id="",
         created_at=datetime(2026, 1, 1, tzinfo=UTC),
-        generation=1,
+        generation=generation,
         parent_ids=tuple(parents),
         offsets_json="{}",
         stats_json="{}",
@@ -87,3 +90,30 @@ def test_runs_of_plain_epochs_fold_into_one_row() -> None:
     assert len(fold.folded) == len(rows) - len(folded.rows) + 1
     unfolded = graph.layout(rows)
     assert len(unfolded.rows) == len(rows)
+
+
+def test_the_line_a_rollback_left_behind_is_not_labelled_as_the_branch() -> None:
+    # main: m0 - m1 - m2 - m3, then a rollback to m1: rb (parent m1) is main's head now
+    rows = [
+        snap("rb", "m1", kind="rollback", generation=2),
+        snap("m3", "m2", generation=3),
+        snap("m2", "m1", generation=2),
+        snap("m1", "m0", generation=1),
+        snap("m0", kind="initial", generation=0),
+    ]
+    refs = {"rb": ["heads/main"], "m3": ["tags/rollback-1-abandoned"]}
+    layout = graph.layout(rows, refs)
+    assert {r.snapshot.snapshot_id for r in layout.rows if r.abandoned} == {"m3", "m2"}
+    html = str(graph.rows_html(layout, snapshot_url="/s/", query="", unfold=""))
+    labels = dict(
+        re.findall(r'data-snapshot="(\w+)".*?<span class="branch-name[^>]*>([^<]*)<', html)
+    )
+    assert labels == {
+        "rb": "main",
+        "m3": "abandoned main",
+        "m2": "abandoned main",
+        "m1": "main",
+        "m0": "main",
+    }
+    # a head outside the window: nothing is judged
+    assert not any(r.abandoned for r in graph.layout(rows[1:], {}).rows)
