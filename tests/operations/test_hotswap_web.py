@@ -1,12 +1,17 @@
 """A hot-swap that finishes in a web of three jobs — old O, new N (a fork of O), and a
 downstream D reading O's branch output — on real Spark: at S the new job becomes the only
 writer, O stops at the boundary after S and is retired, D is re-pointed to N's branch and
-reads every upstream epoch exactly once (O's up to S, N's after). Each case restarts every
-job process (a crash: the runner is dropped and a new one resumes from the store) while the
-operation is in one phase of the swap."""
+reads every upstream epoch exactly once (O's up to S, N's after). Each case crashes one kind
+of process in one phase of the swap: every job process (the runner is dropped and a new one
+resumes from the store), or the coordinating worker (SIGKILLed right after the phase acted,
+before its success was recorded; another worker resumes the operation)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,11 +19,12 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.jobs.models import Job, JobState
 from controlplane.jobs.services import job_create
-from controlplane.operations.executor import execute
+from controlplane.operations.executor import CRASH_ENV, execute
 from controlplane.operations.models import Operation
 from controlplane.operations.services import operation_request
 from runners.engine import EpochRunner
@@ -28,6 +34,7 @@ from runners.engine.branch_source import BranchOutputSource, epoch_mapping
 from runners.engine.hotswap import RETIRED, SwapSide, swap_output
 from runners.engine.state_ops import new_branch_commit
 from snapshots_store import Repository
+from tests.e2e.harness import ROOT, database_url
 from tests.engine.jobs import aggregate_job, write_epochs
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
@@ -86,10 +93,36 @@ def runners(web: dict[str, Any]) -> dict[str, EpochRunner]:
     }
 
 
+def coordinate_with_a_crash(op: Operation, phase: str) -> str:
+    """The coordinator (a worker process) is SIGKILLed right after `phase` acted, before its
+    success was recorded; once its lease expired another worker (this process) resumes."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k != CRASH_ENV},
+        "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "tests.settings"),
+        "DATABASE_URL": database_url(),
+        CRASH_ENV: f"hotswap:{phase}",
+        "PYTHONPATH": str(ROOT),
+    }
+    code = (
+        "import django; django.setup(); "
+        "from controlplane.operations.executor import execute; "
+        f"execute({str(op.pk)!r})"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, timeout=300
+    )
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    Operation.objects.filter(pk=op.pk).update(lease_expires_at=timezone.now())
+    return execute(op.pk)
+
+
+@pytest.mark.parametrize("process", ["jobs", "worker"])
 @pytest.mark.parametrize("crash_in", PHASES)
-def test_the_swap_finishes_in_a_web_of_three_jobs_whatever_phase_the_jobs_crash_in(
-    web: dict[str, Any], crash_in: str
+def test_the_swap_finishes_in_a_web_of_three_jobs_whatever_phase_a_process_crashes_in(
+    web: dict[str, Any], crash_in: str, process: str
 ) -> None:
+    """`jobs`: every job process (O, N, D) restarts in the phase; `worker`: the coordinator
+    is SIGKILLed in it."""
     old_job = Job.objects.get(name="up-main")
     op = operation_request(
         kind="hotswap",
@@ -111,7 +144,7 @@ def test_the_swap_finishes_in_a_web_of_three_jobs_whatever_phase_the_jobs_crash_
         nonlocal live
         try:
             while not stop.is_set():
-                if not crashed and started(crash_in):
+                if process == "jobs" and not crashed and started(crash_in):
                     # every job process dies in this phase (a phase that acts at once: right
                     # after it acted) and a new one resumes from its branch head
                     crashed.append(1)
@@ -129,7 +162,11 @@ def test_the_swap_finishes_in_a_web_of_three_jobs_whatever_phase_the_jobs_crash_
     worker = threading.Thread(target=jobs)
     worker.start()
     try:
-        outcome = execute(op.pk)
+        if process == "worker":
+            crashed.append(1)
+            outcome = coordinate_with_a_crash(op, crash_in)
+        else:
+            outcome = execute(op.pk)
         deadline = time.monotonic() + 120
         # the downstream catches up with everything the new job emits
         while time.monotonic() < deadline:
