@@ -1,0 +1,197 @@
+"""Where one API request's server time goes: `python -m bench.profile_api [--snapshots N]`.
+
+Builds the same scratch database as `bench.api` (a bulk-loaded lineage, a version, a job on
+`main`, a viewer token) and adds a running operation with a run, then sends each endpoint
+`--requests` times through Django's full WSGI stack in this process (middleware,
+authentication, permissions, throttling, view, serializer, renderer, audit) under cProfile.
+Each function's own time is charged to one part by where its code lives:
+
+  orm          django.db, psycopg (SQL building, round trips, row conversion)
+  serializer   rest_framework serializers and fields, controlplane/api/serializers.py
+  auth         authentication, permissions, throttling, roles, tokens
+  audit        controlplane/audit, the API's audit hook
+  middleware   django.middleware, sessions, auth middleware, whitenoise, django-htmx, handlers
+  rendering    rest_framework renderers and negotiation, json
+  routing      django.urls
+  view         the rest of controlplane (views, selectors)
+  other        everything else (Python's own, logging, …)
+
+The last stdout line is one JSON object: per endpoint the wall and CPU ms per request,
+queries per request and ms per part; plus the load average. Runs on any revision of the
+repository that has `bench.api.prepare`, so before/after comparisons use the same script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import pstats
+import secrets
+import time
+from typing import Any
+
+from bench.api import JOB, log, prepare, scratch_database
+
+PARTS = (
+    ("audit", ("controlplane/audit/",)),
+    (
+        "auth",
+        (
+            "rest_framework/authentication",
+            "rest_framework/permissions",
+            "rest_framework/throttling",
+            "controlplane/api/permissions",
+            "controlplane/api/authentication",
+            "controlplane/accounts/",
+            "django/contrib/auth/",
+            "rest_framework/authtoken",
+        ),
+    ),
+    (
+        "serializer",
+        (
+            "rest_framework/serializers",
+            "rest_framework/fields",
+            "controlplane/api/serializers",
+            "rest_framework/relations",
+        ),
+    ),
+    (
+        "rendering",
+        (
+            "rest_framework/renderers",
+            "rest_framework/negotiation",
+            "json/",
+            "rest_framework/utils/encoders",
+            "rest_framework/response",
+        ),
+    ),
+    ("orm", ("django/db/", "psycopg")),
+    (
+        "middleware",
+        (
+            "django/middleware/",
+            "django/contrib/sessions",
+            "whitenoise",
+            "django_htmx",
+            "django/core/handlers",
+            "django/contrib/messages",
+            "django/test/",
+        ),
+    ),
+    ("routing", ("django/urls/",)),
+    ("view", ("controlplane/", "rest_framework/")),
+)
+
+
+def part_of(filename: str) -> str:
+    for name, needles in PARTS:
+        if any(n in filename for n in needles):
+            return name
+    return "other"
+
+
+def profile(client: Any, path: str, headers: dict[str, str], n: int) -> dict[str, Any]:
+    from django.db import connection, reset_queries
+
+    for _ in range(3):  # warm caches (application ids, compiled templates)
+        client.get(path, **headers)
+    connection.force_debug_cursor = True
+    reset_queries()
+    profiler = cProfile.Profile()
+    wall, cpu = time.perf_counter(), time.process_time()
+    status = 0
+    profiler.enable()
+    for _ in range(n):
+        status = client.get(path, **headers).status_code
+    profiler.disable()
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    queries = len(connection.queries) / n
+    connection.force_debug_cursor = False
+    parts: dict[str, float] = {}
+    for (filename, _, _), (_, _, tottime, _, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
+        key = part_of(filename)
+        parts[key] = parts.get(key, 0.0) + tottime
+    total = sum(parts.values()) or 1.0
+    return {
+        "status": status,
+        "wall_ms": round(wall * 1000 / n, 2),
+        "cpu_ms": round(cpu * 1000 / n, 2),
+        "queries": round(queries, 2),
+        # cProfile's own overhead inflates the parts alike: they are shares of the CPU time.
+        "parts_ms": {k: round(v / total * cpu * 1000 / n, 2) for k, v in sorted(parts.items())},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile_api", description=__doc__)
+    parser.add_argument("--snapshots", type=int, default=100_000)
+    parser.add_argument("--branches", type=int, default=100)
+    parser.add_argument("--requests", type=int, default=50)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
+    os.environ["DJANGO_DEBUG"] = "false"
+    os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+    os.environ["EPOCHAL_API_RATE"] = "1000000000/hour"
+    with scratch_database(os.environ.get("DATABASE_URL", ""), False) as url:
+        os.environ["DATABASE_URL"] = url
+        facts = prepare(snapshots=args.snapshots, branches=args.branches, seed=args.seed)
+        from django.test import Client
+
+        from controlplane.jobs.models import Job, Run
+        from controlplane.operations.models import Operation
+
+        job = Job.objects.get(name=JOB)
+        operation = Operation.objects.create(
+            kind="savepoint",
+            application=job.application,
+            job=job,
+            state="running",
+            phases=[{"name": "commit", "state": "running", "progress": 0.5, "detail": ""}],
+        )
+        Run.objects.create(job=job, run_id="r1", runner="local", parallelism=2, spec={})
+        app, branch = facts["application"], facts["branches"][len(facts["branches"]) // 2]
+        low, high = facts["pk_range"]
+        endpoints = {
+            "healthz": "/healthz",
+            "job": f"/api/jobs/{JOB}/",
+            "operation": f"/api/operations/{operation.pk}/",
+            "log": f"/api/applications/{app}/snapshots/?rev=heads/{branch}&limit=50",
+            "log_first_parent": (
+                f"/api/applications/{app}/snapshots/?rev=heads/{branch}&limit=50&first_parent=true"
+            ),
+            "lineage": f"/api/applications/{app}/lineage/?limit=100&cursor={(low + high) // 2}",
+            "branches": f"/api/applications/{app}/branches/",
+            "jobs": "/api/jobs/",
+            "operations": "/api/operations/",
+        }
+        client = Client()
+        auth = {"HTTP_AUTHORIZATION": f"Token {facts['token']}", "HTTP_ACCEPT": "application/json"}
+        load_before = os.getloadavg()[0]
+        result: dict[str, Any] = {"snapshots": facts["snapshots"], "requests": args.requests}
+        for name, path in endpoints.items():
+            headers = {} if name == "healthz" else auth
+            result[name] = profile(client, path, headers, args.requests)
+            log(f"{name}: {result[name]}")
+            etag = client.get(path, **headers).get("ETag")
+            if etag:
+                result[f"{name}_304"] = profile(
+                    client, path, {**headers, "HTTP_IF_NONE_MATCH": etag}, args.requests
+                )
+                log(f"{name} 304: {result[f'{name}_304']}")
+        from django.db import connections
+
+        connections.close_all()
+    result["loadavg_1m_before"] = round(load_before, 2)
+    result["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
+    result["cpus"] = os.cpu_count()
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
