@@ -479,10 +479,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=2.0, help="requests/s per client")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
     parser.add_argument(
-        "--threads", type=int, default=40, help="threads per worker (watches hold one each)"
+        "--threads", type=int, default=64, help="threads per worker (watches hold one each)"
     )
     parser.add_argument(
-        "--watch-slots", type=int, default=32, help="EPOCHAL_WATCH_SLOTS per worker"
+        "--watch-slots", type=int, default=56, help="EPOCHAL_WATCH_SLOTS per worker"
     )
     parser.add_argument("--conditional-seconds", type=float, default=10.0)
     parser.add_argument(
@@ -491,8 +491,8 @@ def main(argv: list[str] | None = None) -> int:
         help="offered req/s of the saturation steps (stops once the API p99 passes 100 ms)",
     )
     parser.add_argument("--step-seconds", type=float, default=10.0)
-    parser.add_argument("--idle-seconds", type=float, default=30.0)
-    parser.add_argument("--watch-hold", type=int, default=30, help="?watch= of idle watchers")
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument("--watch-hold", type=int, default=60, help="?watch= of idle watchers")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args(argv)
