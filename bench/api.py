@@ -394,7 +394,10 @@ def idle_watch(
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=hold + 30)
         etag = fetch(conn, path, headers).getheader("ETag") or ""
         while not stop.is_set():
-            response = fetch(conn, f"{path}?watch={hold}", {**headers, "If-None-Match": etag})
+            try:
+                response = fetch(conn, f"{path}?watch={hold}", {**headers, "If-None-Match": etag})
+            except (OSError, http.client.HTTPException):
+                break  # the server is going away at the end of the run
             kind = str(response.status) if response.status in (200, 304) else "other"
             if response.getheader("Epochal-Watch") == "busy":
                 kind = "busy"

@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["DJANGO_DEBUG"] = "false"
     os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
     os.environ["EPOCHAL_API_RATE"] = "1000000000/hour"
+    os.environ["DJANGO_ALLOWED_HOSTS"] = "testserver"
     with scratch_database(os.environ.get("DATABASE_URL", ""), False) as url:
         os.environ["DATABASE_URL"] = url
         facts = prepare(snapshots=args.snapshots, branches=args.branches, seed=args.seed)
