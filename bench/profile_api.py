@@ -94,22 +94,26 @@ def part_of(filename: str) -> str:
 
 
 def profile(client: Any, path: str, headers: dict[str, str], n: int) -> dict[str, Any]:
-    from django.db import connection, reset_queries
+    from django.db import connection
 
     for _ in range(3):  # warm caches (application ids, compiled templates)
         client.get(path, **headers)
-    connection.force_debug_cursor = True
-    reset_queries()
+    statements = [0]
+
+    def count(execute: Any, sql: Any, params: Any, many: Any, context: Any) -> Any:
+        statements[0] += 1
+        return execute(sql, params, many, context)
+
     profiler = cProfile.Profile()
     wall, cpu = time.perf_counter(), time.process_time()
     status = 0
-    profiler.enable()
-    for _ in range(n):
-        status = client.get(path, **headers).status_code
-    profiler.disable()
+    with connection.execute_wrapper(count):
+        profiler.enable()
+        for _ in range(n):
+            status = client.get(path, **headers).status_code
+        profiler.disable()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    queries = len(connection.queries) / n
-    connection.force_debug_cursor = False
+    queries = statements[0] / n
     parts: dict[str, float] = {}
     for (filename, _, _), (_, _, tottime, _, _) in pstats.Stats(profiler).stats.items():  # type: ignore[attr-defined]
         key = part_of(filename)
