@@ -96,7 +96,7 @@ def prepare(*, snapshots: int, branches: int, seed: int) -> dict[str, Any]:
     call_command("migrate", verbosity=0)
     facts = build_index(snapshots=snapshots, branches=branches, seed=seed)
     application = facts["application"]
-    version = version_create(application=application, job="examples.clickstream:job")
+    version = version_create(application=application, job="clickstream")
     job_create(name=JOB, application=application, version=version, branch="main")
     token = user_token(user=user_create(username="bench-viewer", role="viewer"))
     ids = Snapshot.objects.filter(application=application).values_list("id", flat=True)

@@ -87,7 +87,7 @@ def build_job(*, epochs: int, seed: int, root: Path) -> dict[str, Any]:
     )
     version = version_create(
         application=application,
-        job="runners.jobs.clickstream:job",
+        job="clickstream",
         code_version="v1",
         config={"job_args": {"directory": str(input_dir)}},
     )

@@ -90,6 +90,21 @@ def store_url() -> str:
     return local_store_url(env("STORE_URL", ""), root=BASE_DIR, default=VAR_DIR / "store")
 
 
+def store_roots() -> tuple[Path, ...]:
+    """Directories a registered `file://` store must live under (EPOCHAL_STORE_ROOTS, separated
+    by ':'; default the var directory)."""
+    raw = env("EPOCHAL_STORE_ROOTS", str(VAR_DIR))
+    roots = []
+    for part in raw.split(os.pathsep):
+        if not part.strip():
+            continue
+        path = Path(part.strip())
+        if not path.is_absolute():
+            raise ValueError(f"EPOCHAL_STORE_ROOTS: {part!r} is not an absolute directory")
+        roots.append(path.resolve())
+    return tuple(roots)
+
+
 def runner() -> str:
     value = env("RUNNER", "local")
     if value not in {"local", "kubernetes"}:

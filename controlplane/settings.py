@@ -207,6 +207,7 @@ EPOCHAL_OPERATION_LEASE_S = float(config.env("EPOCHAL_OPERATION_LEASE_S", "30"))
 EPOCHAL_OPERATION_MAX_ATTEMPTS = int(config.env("EPOCHAL_OPERATION_MAX_ATTEMPTS", "3"))
 EPOCHAL_GC_RETENTION_DAYS = float(config.env("EPOCHAL_GC_RETENTION_DAYS", "7"))
 EPOCHAL_STORE_URL = config.store_url()
+EPOCHAL_STORE_ROOTS = config.store_roots()
 EPOCHAL_RUNNER = config.runner()
 EPOCHAL_SPARK_MASTER = config.spark_master()
 

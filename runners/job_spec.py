@@ -15,13 +15,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from runners import entry_points
 from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name, check_namespace
 
 ENGINE_MODULE: Final = "runners.engine.main"
 """The job entry point every launcher runs (`python -m runners.engine.main …`)."""
 
-_JOB_REFERENCE = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 _RUN_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 _MEMORY_OVERHEAD_MIN_MB: Final = 384
 
@@ -146,11 +146,10 @@ class JobSpec:
             raise JobSpecError(str(exc)) from None
         if not self.store_url.strip():
             raise JobSpecError("store_url must not be empty (e.g. file:///data/store or s3://…)")
-        if not _JOB_REFERENCE.match(self.job):
-            raise JobSpecError(
-                f"job must be a reference module:attr (e.g. runners.jobs.wordcount:job), "
-                f"got {self.job!r}"
-            )
+        try:
+            entry_points.check_name(entry_points.JOBS, self.job)
+        except entry_points.EntryPointError as exc:
+            raise JobSpecError(str(exc)) from None
         if isinstance(self.parallelism, bool) or self.parallelism < 1:
             raise JobSpecError(f"parallelism must be at least 1, got {self.parallelism!r}")
         if self.max_epochs is not None and self.max_epochs < 1:

@@ -1,8 +1,10 @@
 """Validation of branch, tag, ref and namespace names — pure, before any I/O.
 
 A name part matches ``[A-Za-z0-9][A-Za-z0-9._-]{0,99}``; parts are joined by ``/``; no
-``..``, nothing absolute, no part ending in ``.lock``, no NUL. So no name can address a
-path outside the store root or collide with a lock or temp file.
+``..``, nothing absolute, no part ending in ``.lock``, no trailing ``.``, no NUL. So no name can
+address a path outside the store root or collide with a lock or temp file, and every name is
+also valid under git's check-ref-format (a strict subset of its rules: no control characters,
+spaces, ``~^:?*[`` and backslash, ``@{``, ``//``, leading ``.`` of a part, trailing ``/`` or ``.``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ def check_branch_name(name: str, *, what: str = "branch") -> str:
         raise InvalidNameError(name, f"a {what} name must not be absolute")
     if ".." in name:
         raise InvalidNameError(name, f"a {what} name must not contain '..'")
+    if name.endswith("."):
+        raise InvalidNameError(name, f"a {what} name must not end with '.'")
     if len(name) > _MAX_NAME:
         raise InvalidNameError(name, f"a {what} name is at most {_MAX_NAME} characters")
     for segment in name.split("/"):

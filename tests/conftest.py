@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +27,20 @@ FAST_START_CONF = {"spark.driver.extraJavaOptions": FAST_START_JVM_OPTIONS}
 FAST_START_SUBMIT_ARGS = (
     f'--conf "spark.driver.extraJavaOptions={FAST_START_JVM_OPTIONS}" pyspark-shell'
 )
+
+# The test suite's own jobs and state migrations, registered the way any package registers
+# them (entry points in installed metadata): tests/entry_points holds the metadata of a small
+# distribution, epochal-test-plugins. On sys.path for this process and on PYTHONPATH for the
+# servers, workers and engine runs the tests start; never part of an installed Epochal.
+TEST_PLUGINS = str(Path(__file__).resolve().parent / "entry_points")
+#: PYTHONPATH for a process a test starts from the repository root: the code and the plugins
+SUBPROCESS_PYTHONPATH = os.pathsep.join((str(Path(__file__).resolve().parent.parent), TEST_PLUGINS))
+if TEST_PLUGINS not in sys.path:
+    sys.path.append(TEST_PLUGINS)
+if TEST_PLUGINS not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (os.environ.get("PYTHONPATH", ""), TEST_PLUGINS) if p
+    )
 
 
 def _port_open(host: str, port: int) -> bool:
@@ -115,3 +131,14 @@ def _fresh_local_cache() -> Iterator[None]:
 
     cache.clear()
     yield
+
+
+def registered_store(url: str) -> Any:
+    """The `Store` registered for `url` (created as an admin's registration would, without
+    the EPOCHAL_STORE_ROOTS check, since test stores live under pytest's tmp_path)."""
+    import hashlib
+
+    from controlplane.applications.models import Store
+
+    name = "store-" + hashlib.sha256(url.encode()).hexdigest()[:12]
+    return Store.objects.get_or_create(url=url, defaults={"name": name})[0]

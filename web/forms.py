@@ -4,12 +4,15 @@ the kind's own `clean` validates (as for the REST API); these forms only parse."
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django import forms
 
+from controlplane.applications.stores import store_list
 from controlplane.operations.kinds.migrate import MODES as MIGRATE_MODES
 from controlplane.operations.kinds.rescale import MODES as RESCALE_MODES
+from runners import entry_points
 
 MIGRATE_WORDS = {
     "copy": "move the lineage to another store and continue there",
@@ -96,13 +99,27 @@ class ForkForm(ActionForm):
     job_name = forms.CharField(
         required=False, max_length=100, help_text="empty: <application>-<branch>"
     )
-    code_version = forms.CharField(
-        required=False, max_length=255, help_text="empty: the source version's"
+    version = forms.TypedChoiceField(
+        required=False,
+        coerce=int,
+        empty_value=None,
+        help_text="an existing version (its job is an installed entry point); empty: the "
+        "source job's version, else the latest",
     )
     parallelism = forms.IntegerField(
         required=False, min_value=1, max_value=32768, help_text="empty: the snapshot's"
     )
     start = forms.BooleanField(required=False, label="Start the new job right away")
+
+    def __init__(self, *args: Any, versions: Iterable[Any] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["version"].choices = [("", "—")] + [  # type: ignore[attr-defined]
+            (
+                v.number,
+                f"v{v.number} · job {v.job}" + (f" · {v.code_version}" if v.code_version else ""),
+            )
+            for v in versions
+        ]
 
     def params(self) -> dict[str, Any]:
         data = self.cleaned_data
@@ -111,9 +128,10 @@ class ForkForm(ActionForm):
             "branch": data["branch"].strip(),
             "start": data["start"],
         }
-        for name in ("job_name", "code_version"):
-            if data[name].strip():
-                params[name] = data[name].strip()
+        if data["job_name"].strip():
+            params["job_name"] = data["job_name"].strip()
+        if data["version"] is not None:
+            params["version"] = data["version"]
         if data["parallelism"] is not None:
             params["parallelism"] = data["parallelism"]
         return params
@@ -123,19 +141,30 @@ class MigrateForm(ActionForm):
     mode = forms.ChoiceField(
         choices=[(m, f"{m} — {MIGRATE_WORDS.get(m, m)}") for m in MIGRATE_MODES]
     )
-    store_url = forms.CharField(required=False, max_length=1000, help_text="for copy")
+    store = forms.ChoiceField(required=False, help_text="for copy: a store an admin registered")
     max_parallelism = forms.IntegerField(
         required=False, min_value=1, max_value=32768, help_text="for rehash"
     )
-    function = forms.CharField(
-        required=False, max_length=255, help_text="for transform: module:attr"
+    function = forms.ChoiceField(
+        required=False,
+        help_text="for transform: a state migration an installed package registers",
     )
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["store"].choices = [("", "—")] + [  # type: ignore[attr-defined]
+            (s.name, f"{s.name} ({s.url})") for s in store_list()
+        ]
+        self.fields["function"].choices = [("", "—")] + [  # type: ignore[attr-defined]
+            (m.name, f"{m.name} ({m.distribution})")
+            for m in entry_points.registered(entry_points.STATE_MIGRATIONS)
+        ]
 
     def params(self) -> dict[str, Any]:
         data = self.cleaned_data
         params: dict[str, Any] = {"mode": data["mode"]}
-        if data["store_url"].strip():
-            params["store_url"] = data["store_url"].strip()
+        if data["store"]:
+            params["store"] = data["store"]
         if data["max_parallelism"] is not None:
             params["max_parallelism"] = data["max_parallelism"]
         if data["function"].strip():

@@ -21,7 +21,7 @@ from rest_framework.response import Response
 from controlplane.applications.errors import UnknownApplicationError, UnknownVersionError
 from controlplane.errors import EpochalError
 from controlplane.lineage.errors import InvalidCursorError, LineageError, UnknownRevisionError
-from snapshots_store.errors import ObjectNotFoundError, StoreError
+from snapshots_store.errors import InvalidNameError, ObjectNotFoundError, StoreError
 from snapshots_store.errors import UnknownRevisionError as StoreUnknownRevisionError
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,8 @@ def exception_response(exc: BaseException) -> Response | None:
         return Response(error_body("invalid", str(exc)), status=400)
     if isinstance(exc, ObjectNotFoundError | StoreUnknownRevisionError):
         return Response(error_body("not_in_store", str(exc)), status=404)
+    if isinstance(exc, InvalidNameError):
+        return Response(error_body("invalid_name", str(exc)), status=400)
     if isinstance(exc, StoreError):
         log.warning("store error answering an API request", exc_info=exc)
         return Response(error_body("store_error", str(exc)), status=502)

@@ -13,7 +13,7 @@ from rest_framework import serializers
 from controlplane.accounts.models import TOKEN_STATES
 from controlplane.accounts.roles import ROLES, user_role
 from controlplane.applications.models import (
-    JOB_REFERENCE_PATTERN,
+    JOB_NAME_PATTERN,
     MAX_PARALLELISM_LIMIT,
     NAME_PATTERN,
 )
@@ -92,6 +92,12 @@ class ContextSerializer(serializers.Serializer):
 class ApplicationSerializer(ContextSerializer):
     name = serializers.CharField()
     url = serializers.SerializerMethodField()
+    store = serializers.CharField(
+        source="store.name",
+        allow_null=True,
+        default=None,
+        help_text="Registered store; null: STORE_URL.",
+    )
     store_namespace = serializers.CharField()
     max_parallelism = serializers.IntegerField()
     description = serializers.CharField()
@@ -115,7 +121,9 @@ class VersionSerializer(ContextSerializer):
     number = serializers.IntegerField()
     url = serializers.SerializerMethodField()
     application = serializers.CharField(source="application.name")
-    job = serializers.CharField(help_text="The job reference module:attr the version runs.")
+    job = serializers.CharField(
+        help_text="The job the version runs: an entry-point name of group epochal.jobs."
+    )
     code_version = serializers.CharField()
     config = serializers.DictField()
     source_snapshot_id = serializers.CharField(help_text="Set on versions made by a fork.")
@@ -130,7 +138,10 @@ class VersionSerializer(ContextSerializer):
 
 class VersionCreateSerializer(StrictSerializer):
     job = serializers.RegexField(
-        JOB_REFERENCE_PATTERN, max_length=255, help_text="module:attr of the streaming job."
+        JOB_NAME_PATTERN,
+        max_length=100,
+        help_text="Name of a job registered as an entry point of group epochal.jobs by an "
+        "installed package (GET /api/entry-points/); a module:attr reference is refused.",
     )
     code_version = serializers.CharField(max_length=255, required=False, default="")
     config = serializers.DictField(

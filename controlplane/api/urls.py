@@ -12,6 +12,7 @@ from controlplane.api.views import (
     jobs,
     lineage,
     operations,
+    registry,
     root,
     tokens,
     users,
@@ -39,6 +40,8 @@ urlpatterns = [
         applications.VersionDetailView.as_view(),
         name="version-detail",
     ),
+    path("entry-points/", registry.EntryPointListView.as_view(), name="entry-point-list"),
+    path("stores/", registry.StoreListView.as_view(), name="store-list"),
     # lineage
     path("applications/<str:name>/branches/", lineage.BranchListView.as_view(), name="branch-list"),
     path("applications/<str:name>/tags/", lineage.TagListView.as_view(), name="tag-list"),

@@ -1,27 +1,113 @@
 """Applications and their versions.
 
 One streaming application = one store namespace = one snapshot lineage. An application
-version is the code and configuration a job runs (`job` reference, `code_version`, `config`);
+version is the code and configuration a job runs (`job`: the name of an entry point of group
+``epochal.jobs`` an installed package registers; `code_version`, `config`);
 forks create new versions, recording which snapshot they grew from and why.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
+from runners import entry_points
+
 MAX_PARALLELISM_LIMIT = 32768
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
-JOB_REFERENCE_PATTERN = r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$"
+JOB_NAME_PATTERN = entry_points.NAME_PATTERN
+
+
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,99}$"
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+
+
+def store_url_errors(url: str, roots: Sequence[Path]) -> list[str]:
+    """What is wrong with `url` as a registered store ([] when nothing): file:// stores live
+    under one of `roots` (symlinks resolved); s3:// stores name a bucket and known options."""
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        if parts.query or parts.fragment:
+            return ["a file:// store URL takes no query or fragment"]
+        raw = unquote(parts.netloc + parts.path)
+        if not raw.startswith("/"):
+            return ["a file:// store URL names an absolute directory: file:///path"]
+        path = Path(os.path.realpath(raw))
+        if not any(path == root or path.is_relative_to(root) for root in roots):
+            allowed = ", ".join(str(r) for r in roots) or "none"
+            return [
+                f"{path} is outside the store roots ({allowed}); an admin adds a root "
+                "with EPOCHAL_STORE_ROOTS"
+            ]
+        return []
+    if parts.scheme == "s3":
+        if not parts.netloc:
+            return ["an s3:// store URL names a bucket: s3://bucket/prefix"]
+        options = parse_qs(parts.query)
+        unknown = sorted(set(options) - {"endpoint_url", "region"})
+        if unknown:
+            return [f"unknown option {unknown[0]!r} (known: endpoint_url, region)"]
+        endpoint = options.get("endpoint_url", [""])[-1]
+        if endpoint and urlsplit(endpoint).scheme not in ("http", "https"):
+            return ["endpoint_url must be an http:// or https:// URL"]
+        return []
+    return [f"unsupported scheme {parts.scheme!r}: use file:// or s3://"]
+
+
+class Store(models.Model):
+    """A snapshot store an admin registered: the only places an operation may name.
+
+    `url` is ``file:///path`` (under EPOCHAL_STORE_ROOTS) or ``s3://bucket/prefix[?endpoint_url=
+    …&region=…]``. Credentials are never kept here, only where they come from: the name of an
+    environment variable prefix (`credentials_env`) or of a Kubernetes secret
+    (`credentials_secret`, mounted into the job's driver and executors).
+    """
+
+    name = models.CharField(max_length=100, unique=True, validators=[RegexValidator(NAME_PATTERN)])
+    url = models.CharField(max_length=1000, unique=True)
+    credentials_env = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        validators=[RegexValidator(ENV_NAME_PATTERN, "an environment variable name")],
+        help_text="Environment variable prefix the store's credentials come from "
+        "(<PREFIX>_AWS_ACCESS_KEY_ID, <PREFIX>_AWS_SECRET_ACCESS_KEY); never the secret.",
+    )
+    credentials_secret = models.CharField(
+        max_length=253,
+        blank=True,
+        default="",
+        validators=[RegexValidator(SECRET_NAME_PATTERN, "a Kubernetes secret name")],
+        help_text="Kubernetes secret holding the store's credentials, mounted into job pods.",
+    )
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        errors = store_url_errors(self.url, settings.EPOCHAL_STORE_ROOTS)
+        if errors:
+            raise ValidationError({"url": errors})
 
 
 class Application(models.Model):
     """A streaming application whose snapshots live in `store_namespace` of the store.
 
     `max_parallelism` (M) is fixed for the lineage at creation; changing it is an explicit
-    rehash migration that creates a new commit. `store_url` empty means the deployment's
-    `STORE_URL`.
+    rehash migration that creates a new commit. `store` (a registered `Store`) empty means
+    the deployment's `STORE_URL`.
     """
 
     name = models.CharField(max_length=100, unique=True, validators=[RegexValidator(NAME_PATTERN)])
@@ -31,7 +117,9 @@ class Application(models.Model):
     max_parallelism = models.PositiveIntegerField(
         default=128, validators=[MinValueValidator(1), MaxValueValidator(MAX_PARALLELISM_LIMIT)]
     )
-    store_url = models.CharField(max_length=1000, blank=True, default="")
+    store = models.ForeignKey(
+        Store, null=True, blank=True, on_delete=models.PROTECT, related_name="applications"
+    )
     description = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -50,7 +138,7 @@ class Application(models.Model):
 
     @property
     def effective_store_url(self) -> str:
-        return self.store_url or settings.EPOCHAL_STORE_URL
+        return self.store.url if self.store is not None else settings.EPOCHAL_STORE_URL
 
 
 class ApplicationVersion(models.Model):
@@ -65,7 +153,11 @@ class ApplicationVersion(models.Model):
     number = models.PositiveIntegerField()
     job = models.CharField(
         max_length=255,
-        validators=[RegexValidator(JOB_REFERENCE_PATTERN, "a job reference is module:attr")],
+        validators=[
+            RegexValidator(
+                JOB_NAME_PATTERN, "a job is named by its entry-point name (epochal.jobs)"
+            )
+        ],
     )
     code_version = models.CharField(max_length=255, blank=True, default="")
     config = models.JSONField(default=dict, blank=True)

@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 
 from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.errors import Conflict, InvalidRequest
+from runners import entry_points
 
 
 def application_create(
@@ -51,13 +52,19 @@ def version_create(
     reason: str = "",
     created_by: AbstractBaseUser | None = None,
 ) -> ApplicationVersion:
-    """Add the next version of `application` (InvalidRequest when its config cannot launch)."""
+    """Add the next version of `application` (InvalidRequest when its job is not a registered
+    entry point or its config cannot launch). Only admins reach this: a version is code."""
     from controlplane.jobs.services import version_config_errors
 
-    config = dict(config or {})
-    errors = version_config_errors(config)
+    config = dict(config or {}) if isinstance(config or {}, Mapping) else config
+    errors = version_config_errors(config)  # type: ignore[arg-type]
+    job_error = entry_points.lookup_error(entry_points.JOBS, job)
+    if job_error:
+        errors = {"job": [job_error], **errors}
     if errors:
-        raise InvalidRequest("config cannot be launched", fields=errors)
+        raise InvalidRequest(
+            "; ".join(f"{k}: {' '.join(v)}" for k, v in errors.items()), fields=errors
+        )
     for _ in range(5):
         number = (
             ApplicationVersion.objects.filter(application=application)

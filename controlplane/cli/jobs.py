@@ -16,6 +16,7 @@ from controlplane.jobs.selectors import job_list
 from controlplane.jobs.services import job_create, version_config_errors
 from controlplane.jobs.store import application_repository, branch_head
 from controlplane.operations.selectors import operation_active_for_job
+from runners import entry_points
 
 
 def _jobs_arguments(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +84,11 @@ JOBS = Verb(
 
 def _register_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("application")
-    parser.add_argument("--job-ref", required=True, help="module:attr, e.g. runners.jobs.fraud:job")
+    parser.add_argument(
+        "--job",
+        required=True,
+        help="entry-point name of the job (group epochal.jobs; `epochal entry-points` lists them)",
+    )
     parser.add_argument("--job-args", default="{}", help="JSON keyword arguments of the job")
     parser.add_argument("--config", default="{}", help="JSON launcher config of the version")
     parser.add_argument("--code-version", default="1")
@@ -107,6 +112,9 @@ def _run_register(args: argparse.Namespace, console: Console) -> int:
     errors = version_config_errors(config)
     if errors:
         raise CliError(f"invalid config: {errors}")
+    unusable = entry_points.lookup_error(entry_points.JOBS, args.job)
+    if unusable:
+        raise CliError(f"--job: {unusable}")
     name = args.job_name or f"{args.application}-{args.branch}".replace("/", "-")
     with transaction.atomic():
         application, created = Application.objects.get_or_create(
@@ -115,7 +123,7 @@ def _run_register(args: argparse.Namespace, console: Console) -> int:
         )
         version = ApplicationVersion.objects.filter(
             application=application,
-            job=args.job_ref,
+            job=args.job,
             config=config,
             code_version=args.code_version,
         ).first()
@@ -123,7 +131,7 @@ def _run_register(args: argparse.Namespace, console: Console) -> int:
             version = ApplicationVersion.objects.create(
                 application=application,
                 number=application.versions.count() + 1,
-                job=args.job_ref,
+                job=args.job,
                 config=config,
                 code_version=args.code_version,
                 reason="registered from the command line",

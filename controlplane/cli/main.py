@@ -22,9 +22,10 @@ def verbs() -> tuple[Verb, ...]:
     from controlplane.cli.jobs import VERBS as JOB_VERBS
     from controlplane.cli.operations import VERBS as OPERATION_VERBS
     from controlplane.cli.store import STORE
+    from controlplane.cli.stores import VERBS as STORE_VERBS
     from controlplane.cli.tokens import TOKEN
 
-    return (*JOB_VERBS, *OPERATION_VERBS, STORE, TOKEN)
+    return (*JOB_VERBS, *OPERATION_VERBS, STORE, *STORE_VERBS, TOKEN)
 
 
 def verb_named(name: str) -> Verb:

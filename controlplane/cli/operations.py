@@ -282,9 +282,13 @@ def _fork_params(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot", required=True, help="snapshot id, prefix, tag, rev~n")
     parser.add_argument("--branch", required=True, help="the new branch")
     parser.add_argument("--job-name", help="the new job (default <application>-<branch>)")
-    parser.add_argument("--job-ref", help="module:attr of the new version's job")
-    parser.add_argument("--code-version")
-    parser.add_argument("--config", help="JSON config of the new version")
+    parser.add_argument("--version", type=int, help="the existing version to run (default: the "
+                        "source job's, else the latest)")  # fmt: skip
+    parser.add_argument(
+        "--new-job", help="admins: a new version running this job (entry-point name)"
+    )
+    parser.add_argument("--code-version", help="admins: the new version's code version")
+    parser.add_argument("--config", help="admins: JSON config of the new version")
     parser.add_argument("--parallelism", type=int)
     parser.add_argument("--start", action="store_true", help="start the new job")
 
@@ -299,7 +303,8 @@ def _fork(args: argparse.Namespace) -> dict[str, Any]:
     params: dict[str, Any] = {"snapshot": args.snapshot, "branch": args.branch, "start": args.start}
     for key, name in (
         ("job_name", "job_name"),
-        ("job_ref", "job"),
+        ("version", "version"),
+        ("new_job", "job"),
         ("code_version", "code_version"),
         ("parallelism", "parallelism"),
     ):
@@ -315,14 +320,18 @@ def _fork(args: argparse.Namespace) -> dict[str, Any]:
 
 def _migrate_params(parser: argparse.ArgumentParser) -> None:
     what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("--store-url", help="copy the lineage to this store and continue there")
-    what.add_argument("--function", help="module:attr of a state-migration function")
+    what.add_argument(
+        "--store", help="copy the lineage to this registered store and continue there"
+    )
+    what.add_argument(
+        "--function", help="entry-point name of a state migration (group epochal.state_migrations)"
+    )
     what.add_argument("--max-parallelism", type=int, help="rehash to this M")
 
 
 def _migrate(args: argparse.Namespace) -> dict[str, Any]:
-    if args.store_url:
-        return {"mode": "copy", "store_url": args.store_url}
+    if args.store:
+        return {"mode": "copy", "store": args.store}
     if args.function:
         return {"mode": "transform", "function": args.function}
     return {"mode": "rehash", "max_parallelism": args.max_parallelism}

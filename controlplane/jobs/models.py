@@ -36,7 +36,6 @@ class Job(models.Model):
     application = models.ForeignKey(Application, on_delete=models.PROTECT, related_name="jobs")
     version = models.ForeignKey(ApplicationVersion, on_delete=models.PROTECT, related_name="jobs")
     branch = models.CharField(max_length=255)
-    store_url = models.CharField(max_length=1000, blank=True, default="")
     runner = models.CharField(max_length=20, blank=True, default="")
     parallelism = models.PositiveIntegerField(default=2, validators=[MinValueValidator(1)])
     follow = models.BooleanField(default=True)
@@ -69,7 +68,7 @@ class Job(models.Model):
 
     @property
     def effective_store_url(self) -> str:
-        return self.store_url or self.application.effective_store_url
+        return self.application.effective_store_url
 
     @property
     def effective_runner(self) -> str:

@@ -18,6 +18,7 @@ from django.utils import timezone
 from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.errors import Conflict, InvalidRequest
 from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase
+from runners import entry_points
 from runners.job_spec import JobSpec, JobSpecError, Resources, Toleration, new_run_id
 from runners.launcher import Launcher, LauncherError, RunHandle, RunNotFoundError
 from runners.launcher import RunPhase as LauncherPhase
@@ -90,7 +91,19 @@ def _spec_fields(config: Mapping[str, Any]) -> dict[str, Any]:
 def job_spec(job: Job, *, run_id: str, parallelism: int | None = None) -> JobSpec:
     """The launch spec of one run of `job` (version config + job placement)."""
     version = job.version
+    unusable = entry_points.lookup_error(entry_points.JOBS, version.job)
+    if unusable:
+        raise InvalidRequest(
+            f"job {job.name}: version {version.number} names job {version.job!r}, which "
+            f"cannot run: {unusable}. An admin creates a version naming a registered job "
+            "(GET /api/entry-points/) and the job switches to it",
+            code="unregistered_job",
+            fields={"job": [unusable]},
+        )
     fields = _spec_fields(version.config)
+    store = job.application.store
+    if store is not None and store.credentials_secret:
+        fields.setdefault("store_credentials_secret", store.credentials_secret)
     try:
         return JobSpec(
             application=job.application.name,
@@ -118,7 +131,6 @@ def job_create(
     branch: str = "main",
     parallelism: int = 2,
     runner: str = "",
-    store_url: str = "",
     follow: bool = True,
     max_restarts: int = 5,
     restart_backoff_s: int = 10,
@@ -149,7 +161,6 @@ def job_create(
         branch=branch,
         parallelism=parallelism,
         runner=runner,
-        store_url=store_url,
         follow=follow,
         max_restarts=max_restarts,
         restart_backoff_s=restart_backoff_s,

@@ -38,10 +38,13 @@ class Phase:
 
 @dataclass(frozen=True)
 class Target:
-    """What a request names: the application, and the job when the operation acts on one."""
+    """What a request names: the application, and the job when the operation acts on one;
+    `user` is who asks, for parameters only an admin may give: None is the deployment itself
+    (the `epochal` command on the control plane without --as), which acts as an admin."""
 
     application: Application
     job: Job | None
+    user: Any = None
 
 
 class OperationSpec:
@@ -57,6 +60,11 @@ class OperationSpec:
 
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:
         raise NotImplementedError
+
+    def creates_branch(self, params: Mapping[str, Any]) -> str:
+        """The new branch the operation creates ("" for none): at most one active operation
+        may create a given branch of an application (a unique index decides races)."""
+        return ""
 
 
 class PhaseContext:

@@ -70,6 +70,9 @@ class Operation(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     requested_via = models.CharField(max_length=20, default="api")
+    # The branch the operation creates (fork), "" for none: one active operation per new
+    # branch of an application, by the unique index below.
+    target_branch = models.CharField(max_length=255, blank=True, default="")
     state = models.CharField(
         max_length=16, choices=OperationState.choices, default=OperationState.PENDING
     )
@@ -96,6 +99,11 @@ class Operation(models.Model):
                 fields=["job"],
                 condition=models.Q(state__in=["pending", "running"]),
                 name="operation_one_active_per_job",
+            ),
+            models.UniqueConstraint(
+                fields=["application", "target_branch"],
+                condition=models.Q(state__in=["pending", "running"]) & ~models.Q(target_branch=""),
+                name="operation_one_active_per_new_branch",
             ),
             models.UniqueConstraint(
                 fields=["requested_by", "idempotency_key"],

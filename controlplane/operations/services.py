@@ -99,6 +99,20 @@ def idempotent_earlier(
     return _keyed(requester, idempotency_key, fingerprint) if requester is not None else None
 
 
+def _branch_conflict(application: Application, branch: str) -> Conflict:
+    other = Operation.objects.filter(
+        application=application, target_branch=branch, state__in=ACTIVE_STATES
+    ).first()
+    where = "" if other is None else f" (operation {other.pk}, {other.state})"
+    return Conflict(
+        f"another operation is creating branch {branch!r} of {application.name}{where}; "
+        "wait for it to end or choose another branch",
+        code="branch_pending",
+        fields={"branch": ["being created by another operation"]},
+        detail={} if other is None else {"operation": str(other.pk)},
+    )
+
+
 def operation_request(
     *,
     kind: str,
@@ -138,7 +152,8 @@ def operation_request(
         if replay is not None:
             return Requested(replay, created=False)
         raise _running_conflict(job)
-    cleaned = spec.clean(params, Target(application=application, job=job))
+    cleaned = spec.clean(params, Target(application=application, job=job, user=user))
+    new_branch = spec.creates_branch(cleaned)
     operation = Operation(
         kind=kind,
         application=application,
@@ -149,6 +164,7 @@ def operation_request(
         request_fingerprint=fingerprint if idempotency_key else "",
         requested_by=requester,
         requested_via=via,
+        target_branch=new_branch,
         phases=phase_records([p.name for p in spec.phases(cleaned)]),
     )
     if not spec.needs_job and job is not None:
@@ -162,8 +178,10 @@ def operation_request(
         earlier = _keyed(requester, idempotency_key, fingerprint)
         if earlier is not None:
             return Requested(earlier, created=False)
-        if job is not None:
+        if job is not None and spec.needs_job:
             raise _running_conflict(job) from None
+        if new_branch:
+            raise _branch_conflict(application, new_branch) from None
         raise
     audit_execution(
         operation=operation,

@@ -1,25 +1,25 @@
 """Job entry point: resume a job from its branch head and run epochs.
 
-    python -m runners.engine.main --job module:attr --store URL --namespace NS \\
+    python -m runners.engine.main --job NAME --store URL --namespace NS \\
         --branch B --parallelism P [--max-epochs N] [--master local[2]] \\
         [--follow [--poll-interval S]]
 
-`attr` is a `Job` or a callable returning one. Prints one JSON line per event (`started`,
-`epoch_start`, `committed`, `stopped`). Without `--follow` the job stops when the source has
-no new data; with it, it keeps polling the source (a long-running service). Either way it
-stops at an epoch boundary on a stop request for its run (`$EPOCHAL_RUN_ID`) in the branch's
-control document, on `stop_after_epoch`, and on SIGTERM / SIGINT: a signal abandons an epoch
-whose Spark job is still running (nothing is committed; the CAS is the only commit point)
-and the process exits 0 after a final `{"event": "stopped", "reason": …}` line. A log
-source whose retention deleted records the job has not read stops it with exit status 3 and
-the reason ``data lost: …`` naming them.
+`NAME` is a job registered as an entry point of group ``epochal.jobs`` by an installed package
+(`runners.entry_points`); it points at a `Job` or a callable returning one. Prints one JSON
+line per event (`started`, `epoch_start`, `committed`, `stopped`). Without `--follow` the job
+stops when the source has no new data; with it, it keeps polling the source (a long-running
+service). Either way it stops at an epoch boundary on a stop request for its run
+(`$EPOCHAL_RUN_ID`) in the branch's control document, on `stop_after_epoch`, and on SIGTERM /
+SIGINT: a signal abandons an epoch whose Spark job is still running (nothing is committed; the
+CAS is the only commit point) and the process exits 0 after a final `{"event": "stopped",
+"reason": …}` line. A log source whose retention deleted records the job has not read
+stops it with exit status 3 and the reason ``data lost: …`` naming them.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import json
 import signal
 import sys
@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+from runners import entry_points
 from runners.engine.job import Job
 from runners.engine.runner import EpochRunner
 from runners.engine.session import build_spark_session
@@ -34,35 +35,35 @@ from runners.engine.streams import SourceDataLostError
 from snapshots_store import Repository
 
 
-def load_job(spec: str, job_args: Mapping[str, Any] | None = None) -> Job:
-    """The job named by ``module:attr``: a Job, or a callable returning one, called with
-    `job_args` as keyword arguments (e.g. ``{"directory": "/data/clicks"}``)."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise SystemExit(f"--job {spec!r}: expected module:attr")
+def load_job(name: str, job_args: Mapping[str, Any] | None = None) -> Job:
+    """The job registered as entry point `name` (group ``epochal.jobs``): a Job, or a
+    callable returning one, called with `job_args` as keyword arguments (e.g.
+    ``{"directory": "/data/clicks"}``)."""
     try:
-        value = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise SystemExit(f"--job {spec!r} cannot be loaded: {exc}") from None
+        value = entry_points.load(entry_points.JOBS, name)
+    except entry_points.EntryPointError as exc:
+        raise SystemExit(f"--job: {exc}") from None
     if isinstance(value, Job):
         if job_args:
-            raise SystemExit(f"--job {spec!r} is a Job, not a factory: it takes no --job-args")
+            raise SystemExit(f"--job {name!r} is a Job, not a factory: it takes no --job-args")
         job = value
     else:
         try:
             job = value(**dict(job_args or {}))
         except TypeError as exc:
             raise SystemExit(
-                f"--job {spec!r} rejected --job-args {dict(job_args or {})}: {exc}"
+                f"--job {name!r} rejected --job-args {dict(job_args or {})}: {exc}"
             ) from None
     if not isinstance(job, Job):
-        raise SystemExit(f"--job {spec!r} is not a Job (got {type(job).__name__})")
+        raise SystemExit(f"--job {name!r} is not a Job (got {type(job).__name__})")
     return job
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runners.engine.main")
-    parser.add_argument("--job", required=True, help="module:attr of a Job")
+    parser.add_argument(
+        "--job", required=True, help="name of a job registered in entry-point group epochal.jobs"
+    )
     parser.add_argument(
         "--job-args", default="{}", help="JSON object of keyword arguments for a job factory"
     )

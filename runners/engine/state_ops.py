@@ -9,14 +9,13 @@ branch ref; a re-run that finds the branch already at an equal commit returns it
   the same branch there at the same snapshot id.
 - `rehash` changes the max parallelism M of a snapshot's state (a "migration" commit).
 - `transform_state` applies a user migration function to every key group's state table
-  (a "migration" commit); `load_migration` resolves one from ``module:attr``.
+  (a "migration" commit); `load_migration` resolves one registered as an entry point.
 - `new_branch_commit` commits a snapshot's state again on a branch (fork, rollback, rescale,
   savepoint) with provenance and no outputs, so a branch's output never double counts.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runners import entry_points
 from runners.engine import chunks
 from runners.engine.hashing import key_groups as hash_key_groups
 from runners.engine.keygroups import check_max_parallelism, check_parallelism
@@ -421,31 +421,16 @@ def _head_for(repo: Repository, branch: str, source_id: str) -> str | None:
 # -- transform -------------------------------------------------------------------------------
 
 
-def load_migration(ref: str) -> MigrationFn:
-    """The migration function named by ``module:attr`` (attr may be dotted)."""
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise MigrationError(
-            f"migration reference {ref!r}: expected module:attr, e.g. "
-            "myjobs.migrations:rename_total"
-        )
+def load_migration(name: str) -> MigrationFn:
+    """The migration function registered as entry point `name` (group
+    ``epochal.state_migrations``) by an installed package."""
     try:
-        value: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise MigrationError(
-            f"migration reference {ref!r}: cannot import module {module_name!r} ({exc}); "
-            "is it installed on the worker, or on its PYTHONPATH?"
-        ) from None
-    for part in attr.split("."):
-        if not hasattr(value, part):
-            raise MigrationError(
-                f"migration reference {ref!r}: {getattr(value, '__name__', value)!r} has no "
-                f"attribute {part!r}; check the spelling"
-            )
-        value = getattr(value, part)
+        value: Any = entry_points.load(entry_points.STATE_MIGRATIONS, name)
+    except entry_points.EntryPointError as exc:
+        raise MigrationError(str(exc)) from None
     if not callable(value):
         raise MigrationError(
-            f"migration reference {ref!r} is a {type(value).__name__}, not a function "
+            f"state migration {name!r} is a {type(value).__name__}, not a function "
             "taking and returning a pyarrow.Table"
         )
     fn: MigrationFn = value
@@ -463,8 +448,8 @@ def transform_state(
     key: str | Sequence[str] | None = None,
     created_at: str | None = None,
 ) -> str:
-    """Apply a state migration `fn(pa.Table) -> pa.Table` (or a ``module:attr`` reference to
-    one) to every key group's state and commit the result as kind "migration".
+    """Apply a state migration `fn(pa.Table) -> pa.Table` (or the name of one registered
+    as an entry point) to every key group's state and commit the result as kind "migration".
 
     `fn` sees one key group's materialised state (key columns and state columns, without the
     ``_deleted`` flag) and must return a table that keeps the key columns, with every key

@@ -1,7 +1,7 @@
 """A second-stage job of a job web (docs/webs.md): per-user totals over the closed sessions the
 clickstream example commits on its branch, read as a `BranchOutputSource`.
 
-    register totals --job-ref runners.jobs.web_totals:job \\
+    epochal register totals --job web-totals \\
         --job-args '{"store": "file://var/store", "namespace": "clicks", "branch": "main"}'
 """
 

@@ -293,7 +293,7 @@ class KubernetesLauncher:
             namespace=handle.namespace,
             branch=handle.branch,
             store_url=handle.store_url,
-            job="unused:unused",
+            job="unused",  # names only: the job is not loaded here
             parallelism=1,
             run_id=handle.run_id,
         )

@@ -21,7 +21,7 @@ from controlplane.jobs.services import job_create
 from controlplane.lineage.services import reindex_application
 from snapshots_store import Manifest, Repository
 
-JOB_REFERENCE = "examples.clickstream:job"
+JOB_REFERENCE = "clickstream"
 
 
 @dataclass

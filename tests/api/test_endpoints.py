@@ -38,20 +38,25 @@ def test_applications_and_versions_are_listed_created_and_fetched(
 
     version = admin.post(
         "/api/applications/orders/versions/",
-        {"job": "examples.orders:job", "code_version": "abc", "config": {"max_epochs": 3}},
+        {"job": "fraud", "code_version": "abc", "config": {"max_epochs": 3}},
     )
     assert version.status_code == 201, version.content
     assert version.json()["number"] == 1
-    again = admin.post("/api/applications/orders/versions/", {"job": "examples.orders:job"})
+    again = admin.post("/api/applications/orders/versions/", {"job": "fraud"})
     assert again.json()["number"] == 2
     got = admin.get("/api/applications/orders/versions/1/").json()
     assert got["config"] == {"max_epochs": 3} and got["created_by"] == "admin"
 
     bad_config = admin.post(
-        "/api/applications/orders/versions/", {"job": "a:b", "config": {"nope": 1}}
+        "/api/applications/orders/versions/", {"job": "fraud", "config": {"nope": 1}}
     )
     assert bad_config.status_code == 400
     assert "config" in bad_config.json()["error"]["fields"]
+    for job in ("runners.jobs.fraud:job", "not-installed"):  # code only from entry points
+        refused = admin.post("/api/applications/orders/versions/", {"job": job})
+        assert refused.status_code == 400, refused.content
+        assert "job" in refused.json()["error"]["fields"]
+    assert len(admin.get("/api/applications/orders/versions/").json()["results"]) == 2
     duplicate = admin.post("/api/applications/", {"name": "orders"})
     assert duplicate.status_code == 409  # taken: a conflict, as under a race
     assert "name" in duplicate.json()["error"]["fields"]

@@ -37,7 +37,7 @@ def make_app(
         name=name, store_namespace=name, max_parallelism=8, store_url=store
     )
     version = ApplicationVersion.objects.create(
-        application=app, number=1, job="runners.jobs.clickstream:job", config={}
+        application=app, number=1, job="clickstream", config={}
     )
     repo = Repository.open(store, name)
     head = None

@@ -37,7 +37,7 @@ def job(tmp_path: Path, postgresql_db: None) -> Job:
         store_url=f"file://{tmp_path / 'store'}",
     )
     version = ApplicationVersion.objects.create(
-        application=app, number=1, job="runners.jobs.clickstream:job", config={}
+        application=app, number=1, job="clickstream", config={}
     )
     job = job_create(name="clicks-main", application=app, version=version, parallelism=2)
     job_set_state(job, JobState.RUNNING)

@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from runners.local import group_members
 from snapshots_store import Manifest, Repository
+from tests.conftest import SUBPROCESS_PYTHONPATH
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = "clicks"
@@ -63,10 +64,11 @@ class ControlPlane:
             "CELERY_BROKER_URL": redis_url,
             "EPOCHAL_VAR_DIR": str(tmp / "var"),
             "STORE_URL": self.store_url,
+            "EPOCHAL_STORE_ROOTS": str(tmp),
             "RUNNER": "local",
             "EPOCHAL_OPERATION_LEASE_S": str(lease_s),
             "EPOCHAL_RECONCILE_INTERVAL_S": "1",
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": SUBPROCESS_PYTHONPATH,
             "PYTHONUNBUFFERED": "1",
         }
         self.workers: list[subprocess.Popen[bytes]] = []
@@ -188,8 +190,8 @@ class ControlPlane:
         self.manage(
             "register",
             NAMESPACE,
-            "--job-ref",
-            "runners.jobs.clickstream:job",
+            "--job",
+            "clickstream",
             "--job-args",
             json.dumps({"directory": str(self.input_dir)}),
             "--job-name",

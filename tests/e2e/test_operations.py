@@ -151,13 +151,13 @@ def test_operations_end_to_end(control_plane: ControlPlane, spark: Any, tmp_path
     scrape_metrics("fork")
 
     # migrate to a second store: the other job must stop first (the whole lineage moves)
-    out = plane.epochal(
-        "migrate", "clicks-main", "--store-url", "file:///nonexistent/x", check=False
-    )
+    second = f"file://{tmp_path / 'second-store'}"
+    out = plane.epochal("register-store", "second", second)
+    assert "registered store second" in out, out
+    out = plane.epochal("migrate", "clicks-main", "--store", "second", check=False)
     assert "still run on the current store" in out, out
     plane.manage("stop", fork.result["job"])
-    second = f"file://{tmp_path / 'second-store'}"
-    out = plane.epochal("migrate", "clicks-main", "--store-url", second)
+    out = plane.epochal("migrate", "clicks-main", "--store", "second")
     assert "migrate succeeded" in out, out
     plane.add_input(files=7)
     plane.wait_caught_up(store_url=second)

@@ -65,8 +65,8 @@ def test_a_job_that_keeps_failing_is_given_up(control_plane: ControlPlane) -> No
     plane.manage(
         "register",
         "broken",
-        "--job-ref",
-        "runners.jobs.clickstream:no_such_job",
+        "--job",
+        "broken-job",
         "--job-name",
         "broken-main",
     )

@@ -30,7 +30,7 @@ def test_align_a_running_downstream_job(control_plane: ControlPlane, settings: A
     plane.add_input(files=2)
     plane.register()
     plane.manage(
-        "register", "totals", "--job-ref", "runners.jobs.web_totals:job",
+        "register", "totals", "--job", "web-totals",
         "--job-args", json.dumps({"store": plane.store_url, "namespace": "clicks"}),
         "--job-name", "totals-main", "--parallelism", "1",
     )  # fmt: skip

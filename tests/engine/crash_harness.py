@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from snapshots_store import Repository
-from tests.conftest import FAST_START_SUBMIT_ARGS
+from tests.conftest import FAST_START_SUBMIT_ARGS, SUBPROCESS_PYTHONPATH
 from tests.engine.jobs import DATA_ENV, SLOW_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
-JOB = "tests.engine.jobs:crash_job"
+JOB = "crash-job"
 
 
 @dataclass
@@ -123,8 +123,8 @@ def run_job(
     """One job process. `kill_after_epoch_start=(n, delay)` SIGKILLs its process group `delay`
     seconds after it announces the start of its n-th epoch; `kill_worker_after_epoch_start`
     SIGKILLs one Python worker instead. `slow_s`: extra seconds per split read."""
-    env = {**os.environ, DATA_ENV: data, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1",
-           **(extra_env or {})}  # fmt: skip
+    env = {**os.environ, DATA_ENV: data, "PYTHONPATH": SUBPROCESS_PYTHONPATH,
+           "SPARK_LOCAL_IP": "127.0.0.1", **(extra_env or {})}  # fmt: skip
     env["PYSPARK_SUBMIT_ARGS"] = FAST_START_SUBMIT_ARGS  # short test jobs: quick JVM start
     env.pop("EPOCHAL_CRASH_AT", None)
     env[SLOW_ENV] = str(slow_s)

@@ -26,6 +26,7 @@ from runners.engine.hotswap import (
 )
 from runners.engine.state_ops import new_branch_commit
 from snapshots_store import Repository
+from tests.conftest import SUBPROCESS_PYTHONPATH
 from tests.engine.jobs import DATA_ENV, aggregate_job, reference_output
 
 pytestmark = pytest.mark.spark
@@ -119,12 +120,17 @@ def test_a_new_job_that_emitted_after_the_fork_is_refused(
 def _job_process(
     store: str, branch: str, data: str, *, max_epochs: int, crash_at: str | None = None
 ) -> int:
-    env = {**os.environ, DATA_ENV: data, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
+    env = {
+        **os.environ,
+        DATA_ENV: data,
+        "PYTHONPATH": SUBPROCESS_PYTHONPATH,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
     env.pop("EPOCHAL_CRASH_AT", None)
     if crash_at:
         env["EPOCHAL_CRASH_AT"] = crash_at
     cmd = [
-        sys.executable, "-m", "runners.engine.main", "--job", "tests.engine.jobs:crash_job",
+        sys.executable, "-m", "runners.engine.main", "--job", "crash-job",
         "--store", store, "--namespace", "app", "--branch", branch, "--parallelism", "2",
         "--master", "local[2]", "--max-epochs", str(max_epochs),
     ]  # fmt: skip

@@ -118,19 +118,19 @@ def test_transform_state_by_reference_then_continue(
 ) -> None:
     head = _branch_at(half, "noted", "main")
     new = transform_state(
-        half, head, "tests.engine.jobs:add_note", branch="noted", operation_id="op-t",
+        half, head, "add-note", branch="noted", operation_id="op-t",
         reason="add a column", created_at=STAMP,
     )  # fmt: skip
     m = half.read_manifest(new)
     assert (m.kind, m.parents, m.max_parallelism) == ("migration", (head,), 128)
     assert m.created_at == STAMP
-    assert m.provenance["function"] == "tests.engine.jobs:add_note"
+    assert m.provenance["function"] == "add-note"
     assert set(m.key_groups) == set(half.read_manifest(head).key_groups)
     state = _state(half, new)
     assert set(state["note"]) == {"migrated"}
     pd.testing.assert_frame_equal(state.drop(columns=["note"]), _state(half, head))
     again = transform_state(
-        half, head, "tests.engine.jobs:add_note", branch="noted", operation_id="op-t",
+        half, head, "add-note", branch="noted", operation_id="op-t",
         reason="add a column",
     )  # fmt: skip
     assert again == new
@@ -154,7 +154,7 @@ def test_transform_state_renames_a_per_key_state_for_a_new_code_version(
     before = _frame(read_output(repo, "main"))
     head = repo.resolve("main")
     new = transform_state(
-        repo, head, "tests.engine.jobs:rename_sum_to_total", branch="main",
+        repo, head, "rename-sum-to-total", branch="main",
         operation_id="op-v2", reason="state sum is now total",
     )  # fmt: skip
     assert repo.resolve("main") == new
@@ -202,12 +202,12 @@ def test_transform_state_refuses_results_that_break_keys(half: Repository) -> No
 
 
 def test_load_migration_errors_say_what_is_wrong() -> None:
-    assert load_migration("tests.engine.jobs:add_note").__name__ == "add_note"
+    assert load_migration("add-note").__name__ == "add_note"
     cases = {
-        "tests.engine.jobs": "expected module:attr",
-        "tests.engine.no_such_module:fn": "cannot import module",
-        "tests.engine.jobs:no_such_fn": "has no attribute 'no_such_fn'",
-        "tests.engine.jobs:DATA_ENV": "is a str, not a function",
+        "tests.engine.jobs:add_note": "a module:attr reference is not accepted",
+        "no-such-migration": "no state migration named 'no-such-migration' is installed",
+        "broken-migration": "has no attribute 'no_such_function'",
+        "not-a-function": "is a str, not a function",
     }
     for ref, message in cases.items():
         with pytest.raises(MigrationError) as err:

@@ -21,6 +21,7 @@ from runners.engine import EpochRunner, read_output
 from runners.engine.sources import Generator, write_parquet_file
 from runners.job_spec import JobSpec
 from snapshots_store import Repository, check_repository
+from tests.conftest import SUBPROCESS_PYTHONPATH
 from tests.engine.jobs import DATA_ENV, SLOW_ENV, aggregate_job, reference_output, write_epochs
 
 pytestmark = pytest.mark.spark
@@ -101,7 +102,7 @@ def test_job_spec_follow_reaches_the_engine_command_line() -> None:
         namespace="orders",
         branch="main",
         store_url="file:///tmp/store",
-        job="tests.engine.jobs:crash_job",
+        job="crash-job",
         parallelism=2,
         follow=True,
     )
@@ -118,7 +119,7 @@ class _Job:
         full_env = {
             **os.environ,
             DATA_ENV: data,
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": SUBPROCESS_PYTHONPATH,
             "SPARK_LOCAL_IP": "127.0.0.1",
             **env,
         }
@@ -169,7 +170,7 @@ def test_sigterm_abandons_the_running_epoch_and_follow_resumes_then_stops_on_req
     store = f"file://{tmp_path}/store"
     repo = Repository.open(store, "app")
     # 1) a slow job (each split read takes 2 s): SIGTERM to its group while epoch 2 runs
-    slow = _Job(store, data, "--job", "tests.engine.jobs:slow_job", env={SLOW_ENV: "2"})
+    slow = _Job(store, data, "--job", "slow-job", env={SLOW_ENV: "2"})
     slow.wait_for("committed")
     slow.wait_for("epoch_start", 2)
     time.sleep(1.0)
@@ -182,7 +183,7 @@ def test_sigterm_abandons_the_running_epoch_and_follow_resumes_then_stops_on_req
     # 2) restart following the directory; it catches up, waits, takes a new file, and stops
     #    on a stop request for its run id
     follow = _Job(
-        store, data, "--job", "tests.engine.jobs:crash_job", "--follow", "--poll-interval",
+        store, data, "--job", "crash-job", "--follow", "--poll-interval",
         "0.2", env={"EPOCHAL_RUN_ID": "run-2"},
     )  # fmt: skip
     _until(lambda: _head_epoch(repo) == 3, timeout=240)

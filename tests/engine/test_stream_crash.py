@@ -25,7 +25,7 @@ from tests.engine.jobs import STREAM_ENV, stream_job
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
 STREAMS, BEFORE, DURING, BATCH = 2, 600, 900, 50  # records per stream
-JOB = "tests.engine.jobs:stream_job"
+JOB = "stream-job"
 
 
 def _batch(stream: int, first: int) -> list[dict[str, Any]]:

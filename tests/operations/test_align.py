@@ -21,6 +21,7 @@ from controlplane.operations.webs import find_cycle, web_graph
 from runners.engine import EpochRunner
 from runners.engine.branch_source import BranchOutputSource, epoch_mapping
 from snapshots_store import Repository
+from tests.conftest import registered_store
 from tests.engine.jobs import aggregate_job, write_epochs
 from tests.engine.test_branch_source import _by_epoch, downstream_job
 
@@ -29,10 +30,10 @@ pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 
 def _job(name: str, store: str) -> Job:
     app = Application.objects.create(
-        name=name, store_namespace=name, max_parallelism=128, store_url=store
+        name=name, store_namespace=name, max_parallelism=128, store=registered_store(store)
     )
     version = ApplicationVersion.objects.create(
-        application=app, number=1, job="runners.jobs.clickstream:job", config={}
+        application=app, number=1, job="clickstream", config={}
     )
     return job_create(name=f"{name}-main", application=app, version=version, parallelism=2)
 

@@ -23,6 +23,7 @@ from runners.engine import EpochRunner
 from runners.engine.hotswap import SwapSide, swap_output
 from runners.engine.state_ops import new_branch_commit
 from snapshots_store import Repository
+from tests.conftest import registered_store
 from tests.engine.jobs import aggregate_job, write_epochs
 from tests.scrape import scrape_metrics
 
@@ -35,10 +36,10 @@ def pair(spark: Any, tmp_path: Path) -> dict[str, Any]:
     data = str(tmp_path / "in")
     write_epochs(data, files=12, keys=50, records=200)
     app = Application.objects.create(
-        name="app", store_namespace="app", max_parallelism=128, store_url=store
+        name="app", store_namespace="app", max_parallelism=128, store=registered_store(store)
     )
     version = ApplicationVersion.objects.create(
-        application=app, number=1, job="runners.jobs.clickstream:job", config={}
+        application=app, number=1, job="clickstream", config={}
     )
     old = job_create(name="app-main", application=app, version=version, parallelism=2)
     new = job_create(name="app-v2", application=app, version=version, branch="v2")

@@ -22,6 +22,7 @@ from controlplane.jobs.services import job_create
 from controlplane.operations.executor import execute
 from controlplane.operations.reconciler import reconcile_jobs
 from controlplane.operations.services import operation_request
+from tests.conftest import registered_store
 from tests.e2e.harness import wait_for
 from tests.runners.kube_double import RunningDouble, api_server_double
 
@@ -57,12 +58,14 @@ def api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningDoub
 @pytest.fixture
 def job(tmp_path: Path) -> Job:
     app = Application.objects.create(
-        name="clicks", store_namespace="clicks", store_url=f"file://{tmp_path / 'store'}"
+        name="clicks",
+        store_namespace="clicks",
+        store=registered_store(f"file://{tmp_path / 'store'}"),
     )
     version = ApplicationVersion.objects.create(
         application=app,
         number=1,
-        job="runners.jobs.clickstream:job",
+        job="clickstream",
         config={
             "job_args": {"directory": "/data/clicks"},
             "resources": {"executor_cores": 2, "executor_memory_mb": 4096},

@@ -24,6 +24,7 @@ from controlplane.operations.models import Operation
 from controlplane.operations.reconciler import reconcile_operations
 from controlplane.operations.services import operation_cancel, operation_request
 from snapshots_store import Manifest
+from tests.conftest import registered_store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,12 +36,12 @@ def job(tmp_path: Path) -> Job:
         name="clicks",
         store_namespace="clicks",
         max_parallelism=8,
-        store_url=f"file://{tmp_path / 'store'}",
+        store=registered_store(f"file://{tmp_path / 'store'}"),
     )
     version = ApplicationVersion.objects.create(
         application=app,
         number=1,
-        job="runners.jobs.clickstream:job",
+        job="clickstream",
         config={"job_args": {"directory": str(tmp_path / "input")}},
     )
     return job_create(name="clicks-main", application=app, version=version, parallelism=2)

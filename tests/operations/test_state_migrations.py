@@ -16,6 +16,7 @@ from controlplane.jobs.services import job_create
 from controlplane.jobs.store import job_repository
 from controlplane.operations.executor import execute
 from controlplane.operations.services import operation_request
+from tests.conftest import registered_store
 from tests.engine.jobs import aggregate_job, reference_output, write_epochs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark]
@@ -24,12 +25,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.spark]
 @pytest.fixture
 def job(tmp_path: Path) -> Job:
     app = Application.objects.create(
-        name="agg", store_namespace="agg", store_url=f"file://{tmp_path / 'store'}"
+        name="agg", store_namespace="agg", store=registered_store(f"file://{tmp_path / 'store'}")
     )
     version = ApplicationVersion.objects.create(
         application=app,
         number=1,
-        job="tests.engine.jobs:aggregate_job",
+        job="aggregate-job",
         config={"job_args": {"directory": str(tmp_path / "input")}},
     )
     return job_create(name="agg-main", application=app, version=version, parallelism=2)
@@ -58,7 +59,7 @@ def test_transform_then_rehash_then_continue(spark: Any, job: Job, tmp_path: Pat
     run_epochs(spark, job, directory, 2)
     repo = job_repository(job)
 
-    transformed = migrate(job, mode="transform", function="tests.engine.jobs:add_note")
+    transformed = migrate(job, mode="transform", function="add-note")
     commit = repo.read_manifest(transformed.result["snapshot"])
     assert commit.kind == "migration" and commit.operation_id == str(transformed.pk)
     assert commit.outputs == ()
@@ -94,7 +95,7 @@ def test_a_bad_migration_function_fails_and_leaves_the_branch(
         application=job.application,
         job=job,
         dispatch=False,
-        params={"mode": "transform", "function": "tests.engine.jobs:no_such_function"},
+        params={"mode": "transform", "function": "broken-migration"},
     ).operation
     assert execute(op.pk) == "failed"
     op.refresh_from_db()

@@ -22,7 +22,7 @@ def make_spec(store_url: str):  # type: ignore[no-untyped-def]
             "namespace": "orders",
             "branch": "main",
             "store_url": store_url,
-            "job": f"tests.runners.sample_job:{behaviour}",
+            "job": f"sample-{behaviour}",
             "parallelism": 2,
         }
         values.update(changes)

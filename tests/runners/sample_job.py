@@ -1,6 +1,6 @@
 """A tiny stand-in for `runners.engine.main` with the same command line, for launcher tests.
 
-`--job tests.runners.sample_job:<behaviour>` picks what it does: `epochs` runs `--max-epochs`
+`--job sample-<behaviour>` picks what it does: `epochs` runs `--max-epochs`
 short epochs and exits 0; `until_stopped` polls the branch's control document between epochs
 and exits 0 when asked to stop; `stubborn` ignores stop requests and SIGTERM; `crash` exits 3;
 `with_grandchild` starts a long `sleep` and then behaves like `stubborn`.
@@ -27,7 +27,7 @@ def main() -> int:
     parser.add_argument("--parallelism", type=int, required=True)
     parser.add_argument("--max-epochs", type=int, default=None)
     args = parser.parse_args()
-    behaviour = args.job.split(":", 1)[1]
+    behaviour = args.job.removeprefix("sample-")
     run_id = os.environ[RUN_ID_ENV]
     print(
         "sample-job-start "

@@ -31,7 +31,7 @@ def test_job_spec_round_trips_through_json_form(make_spec) -> None:  # type: ign
 def test_engine_arguments_match_the_engine_command_line(make_spec) -> None:  # type: ignore[no-untyped-def]
     spec = make_spec(max_epochs=7)
     assert spec.engine_arguments() == [
-        "--job", "tests.runners.sample_job:epochs", "--store", spec.store_url,
+        "--job", "sample-epochs", "--store", spec.store_url,
         "--namespace", "orders", "--branch", "main", "--parallelism", "2", "--max-epochs", "7",
     ]  # fmt: skip
     assert "--max-epochs" not in make_spec().engine_arguments()
@@ -40,7 +40,8 @@ def test_engine_arguments_match_the_engine_command_line(make_spec) -> None:  # t
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
-        ({"job": "no_colon"}, "job"),
+        ({"job": "runners.jobs.clickstream:job"}, "job"),
+        ({"job": "../x"}, "job"),
         ({"parallelism": 0}, "parallelism"),
         ({"branch": "../escape"}, "branch"),
         ({"namespace": "a/b"}, "namespace"),

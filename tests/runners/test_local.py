@@ -145,7 +145,7 @@ def test_cleanup_removes_the_run_and_is_idempotent(launcher, make_spec) -> None:
 @pytest.mark.spark
 def test_engine_entry_point_runs_under_the_local_launcher(make_spec, store_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
     launcher = LocalLauncher(runs_dir=tmp_path / "runs")  # the real entry point
-    spec = make_spec(job="tests.runners.engine_job:job", max_epochs=2, parallelism=1)
+    spec = make_spec(job="engine-job", max_epochs=2, parallelism=1)
     handle = launcher.start(spec)
     try:
         status = wait_until_finished(launcher, handle, timeout_s=150)

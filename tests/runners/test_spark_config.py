@@ -65,7 +65,7 @@ def test_spark_accepts_the_generated_configuration_and_requests_executors(tmp_pa
         namespace="orders",
         branch="main",
         store_url="s3://epochal-store/prod?endpoint_url=http://minio:9000",
-        job="runners.jobs.orders:job",
+        job="fraud",
         parallelism=3,
         run_id="5b7c9d1e2f3a",
         resources=Resources(executor_cores=2, executor_memory_mb=1024),

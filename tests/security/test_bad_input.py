@@ -119,7 +119,7 @@ def test_nesting_over_the_depth_limit_is_400_without_a_recursion_error(admin: Ap
 
 WRITES = [
     ("POST", "/api/applications/", {"name": "fresh"}),
-    ("POST", "/api/applications/clicks/versions/", {"job": "examples.clickstream:job"}),
+    ("POST", "/api/applications/clicks/versions/", {"job": "clickstream"}),
     ("POST", "/api/jobs/", {"name": "fresh-job", "application": "clicks", "branch": "b2"}),
     ("POST", "/api/jobs/clicks-main/operations/", {"kind": "savepoint"}),
     ("POST", "/api/applications/clicks/operations/", {"kind": "fork", "params": {}}),

@@ -124,7 +124,7 @@ def build_lineage(tmp_path: Path, name: str = "clicks") -> Lineage:
     application = application_create(name=name, max_parallelism=M)
     version = version_create(
         application=application,
-        job="runners.jobs.clickstream:job",
+        job="clickstream",
         code_version="v1",
         config={"job_args": {"directory": str(input_dir)}},
     )

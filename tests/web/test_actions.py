@@ -205,14 +205,17 @@ def test_fork_savepoint_start_and_migrate_create_their_operations(
         {
             "snapshot": lineage.main[3][:16],
             "branch": "try-v2",
-            "code_version": "2",
+            "version": "1",
             "job": "clicks-main",
             "reason": "try v2",
         },
     )
     op = Operation.objects.get(kind="fork")
     assert fork.status_code == 302 and fork["Location"] == f"/operations/{op.pk}/"
-    assert op.params["snapshot"] == lineage.main[3] and op.params["code_version"] == "2"
+    assert op.params["snapshot"] == lineage.main[3] and op.params["version_id"] == (
+        lineage.application.versions.get(number=1).pk
+    )
+    assert "new_version" not in op.params  # an operator's fork runs an existing version
     assert op.context == {"source_job": "clicks-main"}
     taken = operator.post(
         "/applications/clicks/fork/", {"snapshot": lineage.main[3], "branch": "exp"}

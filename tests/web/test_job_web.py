@@ -13,12 +13,13 @@ from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_create
 from controlplane.jobs.store import job_repository
 from snapshots_store import Manifest
+from tests.conftest import registered_store
 
 pytestmark = pytest.mark.django_db
 
 
 def make_job(name: str, store: str) -> Job:
-    app = Application.objects.create(name=name, store_namespace=name, store_url=store)
+    app = Application.objects.create(name=name, store_namespace=name, store=registered_store(store))
     version = ApplicationVersion.objects.create(application=app, number=1, job="m:j")
     return job_create(name=f"{name}-main", application=app, version=version)
 

@@ -95,8 +95,9 @@ FORK = Action(
     "fork",
     forms.ForkForm,
     "Fork",
-    "Fork a new version",
-    what="Creates a branch, an application version and a job from a snapshot, with provenance.",
+    "Fork",
+    what="Creates a branch and a job from a snapshot, running an existing version, with "
+    "provenance.",
 )
 
 
@@ -227,7 +228,7 @@ def fork(request: HttpRequest, app: str) -> HttpResponse:
     source = job_get(name=source_name) if source_name else None
     status = 200
     if request.method == "POST":
-        form = forms.ForkForm(request.POST)
+        form = forms.ForkForm(request.POST, versions=application.versions.order_by("number"))
         if form.is_valid():
             operation, status = _request_operation(
                 request,
@@ -245,7 +246,7 @@ def fork(request: HttpRequest, app: str) -> HttpResponse:
         initial = _initial(forms.ForkForm, request)
         if "snapshot" in initial and "branch" not in initial:
             initial["branch"] = f"fork-{initial['snapshot'][:8]}"
-        form = forms.ForkForm(initial=initial)
+        form = forms.ForkForm(initial=initial, versions=application.versions.order_by("number"))
     context = {
         "application": application,
         "source_job": source,

@@ -24,7 +24,9 @@ class ApiRootView(ApiView):
                     name: serializers.URLField()
                     for name in (
                         "applications",
+                        "entry_points",
                         "jobs",
+                        "stores",
                         "operations",
                         "audit",
                         "users",
@@ -38,7 +40,9 @@ class ApiRootView(ApiView):
     def get(self, request: Request) -> Response:
         names = {
             "applications": "application-list",
+            "entry_points": "entry-point-list",
             "jobs": "job-list",
+            "stores": "store-list",
             "operations": "operation-list",
             "audit": "audit-list",
             "users": "user-list",

@@ -26,6 +26,7 @@ from controlplane.applications.selectors import application_get
 from controlplane.errors import InvalidRequest
 from controlplane.jobs.store import application_repository
 from controlplane.operations.webs import web_graph
+from controlplane.refnames import checked_branch
 from runners.engine.branch_source import epoch_mapping
 from runners.engine.query import StateAnswer, StateQueryError, state_as_of, state_at, state_at_epoch
 
@@ -128,7 +129,9 @@ class StateView(ApiView):
         repo = application_repository(application)
         params = request.query_params
         query = _query(request)
-        branch = params.get("branch") or "main"
+        branch = checked_branch(params.get("branch") or "main")
+        if params.get("as_of_branch"):
+            checked_branch(params["as_of_branch"], field="as_of_branch")
         timeout = _timeout(request)
         epoch = _int(request, "epoch", low=1)
         try:
@@ -170,11 +173,11 @@ class MappingView(ApiView):
         tags=TAGS,
         summary="Downstream epoch -> upstream epochs and snapshots read (branch outputs)",
         parameters=[OpenApiParameter("branch", str, description="Branch (default main).")],
-        responses={200: dict, 404: error("Unknown application.")},
+        responses={200: dict, 400: error("Bad branch name."), 404: error("Unknown application.")},
     )
     def get(self, request: Request, name: str) -> Response:
+        branch = checked_branch(request.query_params.get("branch") or "main")
         application = application_get(name=name)
-        branch = request.query_params.get("branch") or "main"
         entries = epoch_mapping(application_repository(application), branch)
         return Response({"branch": branch, "results": [e.to_dict() for e in entries]})
 

@@ -1,18 +1,23 @@
-"""fork: a new branch, application version and job from any snapshot, with provenance.
+"""fork: a new branch and job from any snapshot, running an existing version, with provenance.
 
 The fork commit reuses the source snapshot's state and offsets (nothing is copied) and records
-who forked, from what, why, and which version of the code the new branch runs.
+who forked, from what, why, and which version of the code the new branch runs. An operator's
+fork names an existing `version` (default: the source job's, else the latest); only an
+admin's fork may create a new version (`job`, `code_version`, `config`: code). Every
+parameter is checked before the operation is written, so a refused fork leaves nothing.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from controlplane.applications.models import ApplicationVersion
-from controlplane.errors import Conflict, InvalidRequest
+from controlplane.accounts.roles import ADMIN, has_role
+from controlplane.applications.models import NAME_PATTERN, ApplicationVersion
+from controlplane.errors import Conflict, Forbidden, InvalidRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_create, version_config_errors
 from controlplane.jobs.store import application_repository
@@ -28,40 +33,101 @@ from controlplane.operations.kinds.common import (
     resolve_snapshot,
     str_param,
 )
+from runners import entry_points
 from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name
 
-ALLOWED = {
-    "snapshot",
-    "branch",
-    "job_name",
-    "job",
-    "code_version",
-    "config",
-    "parallelism",
-    "start",
-    "start_timeout_s",
-}
+OPERATOR_PARAMS = frozenset(
+    {"snapshot", "branch", "job_name", "version", "parallelism", "start", "start_timeout_s"}
+)
+#: a new version is code: only an admin's fork may give these (an operator names `version`)
+ADMIN_PARAMS = frozenset({"job", "code_version", "config"})
+ALLOWED = set(OPERATOR_PARAMS | ADMIN_PARAMS)
 
 
 class ForkSpec(OperationSpec):
     kind = "fork"
     needs_job = False
-    summary = "new branch + application version (+ job) from any snapshot"
+    summary = "new branch (+ job) from any snapshot, running an existing version"
 
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
+        """Everything is checked here, before the operation is written: a refused fork leaves
+        no version, branch or job behind."""
         reject_unknown(params, ALLOWED)
         application = target.application
-        repo = application_repository(application)
-        rev = str_param(params, "snapshot", required=True)
-        assert rev is not None
-        sid = resolve_snapshot(repo, rev, field="snapshot")
+        new_version = sorted(ADMIN_PARAMS & set(params))
+        if new_version and target.user is not None and not has_role(target.user, ADMIN):
+            raise Forbidden(
+                "a fork runs an existing version: job, code_version and config make a new "
+                "version, which only an admin may create; name one with version",
+                code="admin_only",
+                fields={name: ["only an admin may set this; give version"] for name in new_version},
+            )
+        if new_version and "version" in params:
+            raise InvalidRequest(
+                "give either version (an existing one) or job/code_version/config (a new one)",
+                fields={"version": [f"not together with {new_version}"]},
+            )
         branch = str_param(params, "branch", required=True)
         assert branch is not None
         try:
             check_branch_name(branch)
         except InvalidNameError as exc:
             raise InvalidRequest(str(exc), fields={"branch": [exc.reason]}) from None
+        job_name = str_param(params, "job_name") or f"{application.name}-{branch}".replace("/", "-")
+        if not re.fullmatch(NAME_PATTERN, job_name):
+            raise InvalidRequest(
+                f"job_name {job_name!r} is not a job name (letters, digits, '.', '_', '-'; "
+                "at most 100); pass job_name",
+                fields={"job_name": ["must match " + NAME_PATTERN]},
+            )
+        start = params.get("start", False)
+        if not isinstance(start, bool):
+            raise InvalidRequest("start must be true or false", fields={"start": ["bool"]})
+        p_given = int_param(params, "parallelism")
+        base = self._base(params, target)
+        cleaned: dict[str, Any] = {
+            "branch": branch,
+            "job_name": job_name,
+            "base_version": None if base is None else base.pk,
+            "start": start,
+        }
+        if new_version:
+            cleaned["new_version"] = self._new_version(params, base)
+            cleaned["version_id"] = None
+        else:
+            if base is None:
+                raise InvalidRequest(
+                    f"application {application.name} has no version to fork to; an admin "
+                    "creates one first (POST /api/applications/{name}/versions/)",
+                    fields={"version": ["the application has no versions"]},
+                )
+            unusable = entry_points.lookup_error(entry_points.JOBS, base.job)
+            if unusable:
+                raise InvalidRequest(
+                    f"version {base.number} cannot run: {unusable}",
+                    fields={"version": [unusable]},
+                    code="unregistered_job",
+                )
+            cleaned["version_id"] = base.pk
+        if Job.objects.filter(name=job_name).exists():
+            raise Conflict(
+                f"a job named {job_name!r} exists already; pass job_name",
+                code="job_exists",
+                fields={"job_name": ["exists"]},
+            )
+        taken = Job.objects.filter(application=application, branch=branch).first()
+        if taken is not None:
+            raise Conflict(
+                f"branch {branch!r} exists already (job {taken.name!r} runs it); "
+                "choose another name",
+                code="branch_exists",
+                fields={"branch": ["has a job"]},
+            )
+        repo = application_repository(application)
+        rev = str_param(params, "snapshot", required=True)
+        assert rev is not None
+        sid = resolve_snapshot(repo, rev, field="snapshot")
         if repo.read_ref(f"heads/{branch}") is not None:
             raise Conflict(
                 f"branch {branch!r} exists already; choose another name",
@@ -69,62 +135,88 @@ class ForkSpec(OperationSpec):
                 fields={"branch": ["exists"]},
             )
         source = repo.read_manifest(sid)
-        base = (
-            target.job.version
-            if target.job is not None
-            else application.versions.order_by("-number").first()
-        )
-        if base is None and not params.get("job"):
+        p = source.parallelism if p_given is None else p_given
+        limit = min(source.max_parallelism, application.max_parallelism)
+        if p > limit:
             raise InvalidRequest(
-                f"application {application.name} has no version to fork from; give job",
-                fields={"job": ["required: the application has no versions"]},
+                f"parallelism {p} exceeds the lineage's M={limit}",
+                fields={"parallelism": [f"must be <= {limit}"]},
             )
-        job_ref = str_param(params, "job") or (base.job if base else "")
-        config = params.get("config", base.config if base else {})
-        errors = version_config_errors(config)
-        if errors:
-            raise InvalidRequest("config cannot be launched", fields=errors)
-        job_name = str_param(params, "job_name") or f"{application.name}-{branch}".replace("/", "-")
-        if Job.objects.filter(name=job_name).exists():
-            raise Conflict(
-                f"a job named {job_name!r} exists already; pass job_name",
-                code="job_exists",
-                fields={"job_name": ["exists"]},
-            )
-        p = int_param(params, "parallelism", default=source.parallelism)
-        assert p is not None
-        if p > source.max_parallelism:
-            raise InvalidRequest(
-                f"parallelism {p} exceeds the lineage's M={source.max_parallelism}",
-                fields={"parallelism": [f"must be <= {source.max_parallelism}"]},
-            )
-        start = params.get("start", False)
-        if not isinstance(start, bool):
-            raise InvalidRequest("start must be true or false", fields={"start": ["bool"]})
-        cleaned = {
-            "snapshot": sid,
-            "branch": branch,
-            "job_name": job_name,
-            "job": job_ref,
-            "code_version": str_param(params, "code_version")
-            or (base.code_version if base else ""),
-            "config": config,
-            "base_version": None if base is None else base.pk,
-            "parallelism": p,
-            "start": start,
-        }
+        cleaned.update(snapshot=sid, parallelism=p)
         if "start_timeout_s" in params:
             cleaned["start_timeout_s"] = float_param(params, "start_timeout_s", 180)
         return cleaned
 
+    @staticmethod
+    def _base(params: Mapping[str, Any], target: Target) -> ApplicationVersion | None:
+        """The version the fork runs (or grows a new one from): `version`, else the source
+        job's, else the application's latest."""
+        application = target.application
+        number = int_param(params, "version")
+        if number is not None:
+            version = application.versions.filter(number=number).first()
+            if version is None:
+                raise InvalidRequest(
+                    f"application {application.name} has no version {number}; list them with "
+                    f"GET /api/applications/{application.name}/versions/",
+                    fields={"version": [f"no version {number}"]},
+                )
+            return version
+        if target.job is not None:
+            return target.job.version
+        return application.versions.order_by("-number").first()
+
+    @staticmethod
+    def _new_version(params: Mapping[str, Any], base: ApplicationVersion | None) -> dict[str, Any]:
+        """The new version an admin's fork creates (job, code_version, config), validated."""
+        if base is None and not params.get("job"):
+            raise InvalidRequest(
+                "the application has no versions to fork from; give job",
+                fields={"job": ["required: the application has no versions"]},
+            )
+        job_name = str_param(params, "job") or (base.job if base else "")
+        unusable = entry_points.lookup_error(entry_points.JOBS, job_name)
+        if unusable:
+            raise InvalidRequest(unusable, fields={"job": [unusable]})
+        config = params.get("config", base.config if base else {})
+        errors = version_config_errors(config)
+        if errors:
+            raise InvalidRequest("config cannot be launched", fields=errors)
+        code_version = params.get("code_version", base.code_version if base else "")
+        if not isinstance(code_version, str) or len(code_version) > 255:
+            raise InvalidRequest(
+                "code_version is a string of at most 255 characters",
+                fields={"code_version": ["string, at most 255 characters"]},
+            )
+        return {"job": job_name, "code_version": code_version, "config": config}
+
+    def creates_branch(self, params: Mapping[str, Any]) -> str:
+        return str(params["branch"])
+
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:
+        create = [Phase("create_version", _create_version, cancellable=True)]
         return [
-            Phase("create_version", _create_version, cancellable=True),
+            *(create if _new_version(params) is not None else []),
             Phase("create_branch", _create_branch),
             Phase("create_job", _create_job),
             Phase("start", _start),
             Phase("await_running", phase_await_running),
         ]
+
+
+def _new_version(params: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The new version to create; operations written before forks ran existing versions
+    carried job/code_version/config at the top level."""
+    if params.get("new_version"):
+        return dict(params["new_version"])
+    if "job" in params and "version_id" not in params:
+        return {k: params[k] for k in ("job", "code_version", "config")}
+    return None
+
+
+def _version(ctx: PhaseContext) -> ApplicationVersion:
+    version_id = ctx.operation.context.get("version_id") or ctx.params.get("version_id")
+    return ApplicationVersion.objects.get(pk=version_id)
 
 
 def _create_version(ctx: PhaseContext) -> None:
@@ -133,6 +225,8 @@ def _create_version(ctx: PhaseContext) -> None:
     if existing is not None and ApplicationVersion.objects.filter(pk=existing).exists():
         return
     params = ctx.params
+    new = _new_version(params)
+    assert new is not None
     for _ in range(5):
         number = (
             ApplicationVersion.objects.filter(application=op.application)
@@ -146,9 +240,9 @@ def _create_version(ctx: PhaseContext) -> None:
                 version = ApplicationVersion.objects.create(
                     application=op.application,
                     number=number,
-                    job=params["job"],
-                    code_version=params["code_version"],
-                    config=params["config"],
+                    job=new["job"],
+                    code_version=new["code_version"],
+                    config=new["config"],
                     source_snapshot_id=params["snapshot"],
                     parent_id=params.get("base_version"),
                     reason=op.reason,
@@ -166,7 +260,7 @@ def _create_branch(ctx: PhaseContext) -> None:
     op = ctx.operation
     params = ctx.params
     repo = application_repository(op.application)
-    version = ApplicationVersion.objects.get(pk=op.context["version_id"])
+    version = _version(ctx)
     created_at = ctx.remember("created_at", now_iso)
     sid = derived_commit(
         repo,
@@ -207,7 +301,7 @@ def _create_job(ctx: PhaseContext) -> None:
         job = job_create(
             name=params["job_name"],
             application=op.application,
-            version=ApplicationVersion.objects.get(pk=op.context["version_id"]),
+            version=_version(ctx),
             branch=params["branch"],
             parallelism=params["parallelism"],
             created_by=op.requested_by,

@@ -1,9 +1,12 @@
 """migrate: move a lineage to another store, or transform a branch's state.
 
 mode=copy replicates the application's lineage (every branch, tag, reflog and reachable object,
-verified, byte for byte) into `store_url`, then switches the application to it and restarts
+verified, byte for byte) into `store` (a store an admin registered; no request names a
+URL), then switches the application to it and restarts
 the job there; the source store is left untouched. mode=transform applies a user
-state-migration function (`function`: module:attr, pa.Table -> pa.Table per key group) and
+state-migration function (`function`: the name of an entry point of group
+``epochal.state_migrations`` an installed package registers; pa.Table -> pa.Table per key
+group) and
 mode=rehash changes M (`max_parallelism`); both write a "migration" commit on the job's
 branch and restart from it.
 """
@@ -13,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from controlplane.applications.models import Application
+from controlplane.applications.models import Application, Store
+from controlplane.applications.stores import UnknownStoreError, store_get
 from controlplane.errors import Conflict, InvalidRequest, OperationFailed
 from controlplane.jobs.models import Job
 from controlplane.jobs.store import application_repository, job_repository
@@ -28,6 +32,7 @@ from controlplane.operations.kinds.common import (
     reject_unknown,
     str_param,
 )
+from runners import entry_points
 from snapshots_store import Repository, StoreError
 
 MODES = ("copy", "transform", "rehash")
@@ -42,7 +47,7 @@ class MigrateSpec(OperationSpec):
             params,
             {
                 "mode",
-                "store_url",
+                "store",
                 "function",
                 "max_parallelism",
                 "stop_deadline_s",
@@ -56,18 +61,23 @@ class MigrateSpec(OperationSpec):
             raise InvalidRequest(f"mode must be one of {MODES}", fields={"mode": [repr(mode)]})
         cleaned: dict[str, Any] = {"mode": mode}
         if mode == "copy":
-            url = str_param(params, "store_url", required=True)
-            assert url is not None
+            name = str_param(params, "store", required=True)
+            assert name is not None
+            try:
+                store = store_get(name=name)
+            except UnknownStoreError as exc:
+                raise InvalidRequest(str(exc), fields={"store": [str(exc)]}) from None
+            url = store.url
             if url == job.application.effective_store_url:
                 raise InvalidRequest(
-                    "store_url is the store the application already uses",
-                    fields={"store_url": ["same as the current store"]},
+                    f"store {name!r} is the store the application already uses",
+                    fields={"store": ["same as the current store"]},
                     code="no_change",
                 )
             try:
                 Repository.open(url, job.application.store_namespace)
             except StoreError as exc:
-                raise InvalidRequest(str(exc), fields={"store_url": [str(exc)]}) from None
+                raise InvalidRequest(str(exc), fields={"store": [str(exc)]}) from None
             others = [
                 other.name
                 for other in Job.objects.filter(application=job.application).exclude(pk=job.pk)
@@ -79,16 +89,13 @@ class MigrateSpec(OperationSpec):
                     f"jobs {others} still run on the current store: stop them first",
                     code="other_jobs_running",
                 )
-            cleaned["store_url"] = url
+            cleaned["store"] = store.name
         elif mode == "transform":
-            ref = str_param(params, "function", required=True)
-            assert ref is not None
-            if ":" not in ref:
-                raise InvalidRequest(
-                    "function must be a reference module:attr",
-                    fields={"function": ["expected module:attr"]},
-                )
-            cleaned["function"] = ref
+            name = str_param(params, "function", required=True)
+            unusable = entry_points.lookup_error(entry_points.STATE_MIGRATIONS, name)
+            if unusable:
+                raise InvalidRequest(unusable, fields={"function": [unusable]})
+            cleaned["function"] = name
         else:
             m = int_param(params, "max_parallelism")
             if m is None:
@@ -138,7 +145,7 @@ def _copy(ctx: PhaseContext) -> None:
     if ctx.data.get("switched"):
         return
     src = application_repository(application)
-    dst = Repository.open(ctx.params["store_url"], application.store_namespace)
+    dst = Repository.open(_store(ctx).url, application.store_namespace)
 
     def progress(done: int, total: int) -> None:
         ctx.progress(done / max(1, total), f"{done}/{total} objects")
@@ -151,18 +158,23 @@ def _copy(ctx: PhaseContext) -> None:
 
 def _switch(ctx: PhaseContext) -> None:
     job = ctx.job
-    url = ctx.params["store_url"]
-    previous = ctx.remember("previous_store_url", lambda: job.application.effective_store_url)
-    Application.objects.filter(pk=job.application_id).update(store_url=url)
-    Job.objects.filter(application_id=job.application_id).update(store_url="")
+    store = _store(ctx)
+    previous = ctx.remember(
+        "previous_store",
+        lambda: job.application.store.name if job.application.store else "(STORE_URL)",
+    )
+    Application.objects.filter(pk=job.application_id).update(store=store)
     ctx.remember("switched", lambda: True)
-    ctx.operation.result = {
-        **ctx.operation.result,
-        "store_url": url,
-        "previous_store_url": previous,
-    }
+    ctx.operation.result = {**ctx.operation.result, "store": store.name, "previous_store": previous}
     ctx.operation.save(update_fields=["result", "updated_at"])
-    ctx.progress(1.0, f"application now uses {url}")
+    ctx.progress(1.0, f"application now uses store {store.name}")
+
+
+def _store(ctx: PhaseContext) -> Store:
+    try:
+        return store_get(name=ctx.params["store"])
+    except UnknownStoreError as exc:
+        raise OperationFailed(str(exc), code="unknown_store") from None
 
 
 def _migrate_state(ctx: PhaseContext) -> None:

@@ -122,8 +122,8 @@ class Command(BaseCommand):
         call_command(
             "register",
             APPLICATION,
-            "--job-ref",
-            "runners.jobs.clickstream:job",
+            "--job",
+            "clickstream",
             "--job-args",
             json.dumps(job_args),
             "--job-name",

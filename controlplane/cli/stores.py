@@ -1,0 +1,69 @@
+"""`epochal register-store` and `epochal stores`: the store registry from a shell (admins)."""
+
+from __future__ import annotations
+
+import argparse
+
+from controlplane.applications.stores import store_list, store_register
+from controlplane.cli.console import Console
+from controlplane.cli.verb import Verb
+
+
+def _register_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="the name operations use, e.g. archive")
+    parser.add_argument(
+        "url", help="file:///dir (under EPOCHAL_STORE_ROOTS) or s3://bucket/prefix[?endpoint_url=…]"
+    )
+    parser.add_argument(
+        "--credentials-env", default="", help="environment variable prefix of its credentials"
+    )
+    parser.add_argument(
+        "--credentials-secret", default="", help="Kubernetes secret holding its credentials"
+    )
+    parser.add_argument("--description", default="")
+
+
+def _run_register(args: argparse.Namespace, console: Console) -> int:
+    store = store_register(
+        name=args.name,
+        url=args.url,
+        credentials_env=args.credentials_env,
+        credentials_secret=args.credentials_secret,
+        description=args.description,
+    )
+    if console.as_json:
+        console.json({"name": store.name, "url": store.url})
+    else:
+        console.line(f"registered store {store.name}: {store.url}")
+    return 0
+
+
+def _run_list(args: argparse.Namespace, console: Console) -> int:
+    stores = store_list()
+    rows = [
+        {
+            "name": s.name,
+            "url": s.url,
+            "credentials": s.credentials_secret or s.credentials_env or "-",
+            "applications": ", ".join(a.name for a in s.applications.all()) or "-",
+        }
+        for s in stores
+    ]
+    if console.as_json:
+        console.json(rows)
+        return 0
+    console.table(
+        ["store", "url", "credentials from", "applications"],
+        [list(r.values()) for r in rows],
+    )
+    return 0
+
+
+REGISTER_STORE = Verb(
+    "register-store",
+    "register a store operations may name (admins): file:// under EPOCHAL_STORE_ROOTS, s3://",
+    _register_arguments,
+    _run_register,
+)
+STORES = Verb("stores", "list the registered stores", lambda parser: None, _run_list)
+VERBS = (REGISTER_STORE, STORES)
