@@ -1,8 +1,8 @@
 """The base of every API view: role check, throttling, request audit.
 
-Every mutating request and every refused one (403) is written to the audit log with who, what
-(method and route), the target (path), the status code and an outcome; reads are recorded too
-when `EPOCHAL_AUDIT_READS=true`. Anonymous refusals (401) are counted instead
+Every mutating request and every refused one (400 or 403) is written to the audit log with
+who, what (method and route), the target (path), the status code and an outcome; reads are
+recorded too when `EPOCHAL_AUDIT_READS=true`. Anonymous refusals (401) are counted instead
 (controlplane/audit/rejections.py).
 """
 
@@ -49,7 +49,8 @@ def audit_api_request(request: Any, response: Any, *, source: str = "api") -> No
         # revoked or expired token is audited by the authentication itself.
         count_rejection(UNAUTHENTICATED, request)
         return
-    refused = status_code == 403
+    # 400 too: a read with a refused parameter (e.g. ?branch=../../etc) is a probe worth a row
+    refused = status_code in (400, 403)
     if method in SAFE_METHODS and not refused and not settings.EPOCHAL_AUDIT_READS:
         return
     match = getattr(request, "resolver_match", None)

@@ -79,13 +79,13 @@ class DatabaseCollector(Collector):
         apps = {
             app_id: (name, namespace, store_url or settings.EPOCHAL_STORE_URL)
             for app_id, name, namespace, store_url in Application.objects.values_list(
-                "id", "name", "store_namespace", "store_url"
+                "id", "name", "store_namespace", "store__url"
             )
         }
         names = {app_id: app[0] for app_id, app in apps.items()}
         jobs = list(
             Job.objects.values_list(
-                "id", "name", "application_id", "branch", "state", "parallelism", "store_url"
+                "id", "name", "application_id", "branch", "state", "parallelism"
             )
         )
         heads = {
@@ -219,14 +219,14 @@ class DatabaseCollector(Collector):
             labels=["upstream", "downstream", "source"],
         )
         by_location = {(apps[j[2]][1], j[3]): j for j in jobs if j[2] in apps}
-        for _id, name, app_id, branch, _state, _p, store_url in jobs:
+        for _id, name, app_id, branch, _state, _p in jobs:
             head = heads.get((app_id, branch))
             if head is None or app_id not in apps:
                 continue
             app, namespace, app_store = apps[app_id]
             _epoch, stats, snapshot_id = head
             edges: list[int] = []
-            inputs = head_inputs(store_url or app_store, namespace, snapshot_id)
+            inputs = head_inputs(app_store, namespace, snapshot_id)
             for source, doc in flatten_inputs(inputs):
                 upstream = by_location.get((doc.get("namespace"), doc.get("branch")))
                 if upstream is None:

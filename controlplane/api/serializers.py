@@ -330,6 +330,14 @@ class JobCreateSerializer(StrictSerializer):
     follow = serializers.BooleanField(default=True)
     max_restarts = serializers.IntegerField(min_value=0, max_value=1000, default=5)
     restart_backoff_s = serializers.IntegerField(min_value=0, max_value=86400, default=10)
+    spark_conf = serializers.DictField(
+        required=False,
+        default=dict,
+        help_text="Spark resource settings over the version's: spark.executor.instances, "
+        "spark.executor.cores, spark.executor.memory, spark.driver.cores, spark.driver.memory, "
+        "spark.sql.shuffle.partitions, spark.default.parallelism (string values within bounds; "
+        "docs/security.md#code-and-places). Any other key is a 400 naming it.",
+    )
 
 
 class LogsSerializer(serializers.Serializer):

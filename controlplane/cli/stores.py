@@ -1,4 +1,5 @@
-"""`epochal register-store` and `epochal stores`: the store registry from a shell (admins)."""
+"""`epochal register-store`, `epochal stores`, `epochal entry-points`: what admins registered
+(stores) and installed (jobs and state migrations), from a shell."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 from controlplane.applications.stores import store_list, store_register
 from controlplane.cli.console import Console
 from controlplane.cli.verb import Verb
+from runners import entry_points
 
 
 def _register_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +61,22 @@ def _run_list(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _run_entry_points(args: argparse.Namespace, console: Console) -> int:
+    rows = [
+        {"group": group, **e.to_dict()}
+        for group in entry_points.GROUPS
+        for e in entry_points.registered(group)
+    ]
+    if console.as_json:
+        console.json(rows)
+        return 0
+    console.table(
+        ["group", "name", "points at", "package"],
+        [[r["group"], r["name"], r["value"], f"{r['distribution']} {r['version']}"] for r in rows],
+    )
+    return 0
+
+
 REGISTER_STORE = Verb(
     "register-store",
     "register a store operations may name (admins): file:// under EPOCHAL_STORE_ROOTS, s3://",
@@ -66,4 +84,10 @@ REGISTER_STORE = Verb(
     _run_register,
 )
 STORES = Verb("stores", "list the registered stores", lambda parser: None, _run_list)
-VERBS = (REGISTER_STORE, STORES)
+ENTRY_POINTS = Verb(
+    "entry-points",
+    "list the jobs and state migrations installed packages register (versions name them)",
+    lambda parser: None,
+    _run_entry_points,
+)
+VERBS = (REGISTER_STORE, STORES, ENTRY_POINTS)

@@ -38,6 +38,9 @@ class Job(models.Model):
     branch = models.CharField(max_length=255)
     runner = models.CharField(max_length=20, blank=True, default="")
     parallelism = models.PositiveIntegerField(default=2, validators=[MinValueValidator(1)])
+    # The operator's Spark settings: resource keys only (controlplane/jobs/spark_conf.py),
+    # over the version's (an admin's, any key).
+    spark_conf = models.JSONField(default=dict, blank=True)
     follow = models.BooleanField(default=True)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.CREATED)
     desired_state = models.CharField(

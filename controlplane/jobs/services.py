@@ -18,6 +18,7 @@ from django.utils import timezone
 from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.errors import Conflict, InvalidRequest
 from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase
+from controlplane.jobs.spark_conf import operator_spark_conf
 from runners import entry_points
 from runners.job_spec import JobSpec, JobSpecError, Resources, Toleration, new_run_id
 from runners.launcher import Launcher, LauncherError, RunHandle, RunNotFoundError
@@ -101,6 +102,8 @@ def job_spec(job: Job, *, run_id: str, parallelism: int | None = None) -> JobSpe
             fields={"job": [unusable]},
         )
     fields = _spec_fields(version.config)
+    if job.spark_conf:
+        fields["spark_conf"] = {**fields.get("spark_conf", {}), **job.spark_conf}
     store = job.application.store
     if store is not None and store.credentials_secret:
         fields.setdefault("store_credentials_secret", store.credentials_secret)
@@ -134,6 +137,7 @@ def job_create(
     follow: bool = True,
     max_restarts: int = 5,
     restart_backoff_s: int = 10,
+    spark_conf: Mapping[str, Any] | None = None,
     created_by: AbstractBaseUser | None = None,
 ) -> Job:
     """Create a job (stopped) for `branch` of `application`; start it with a start operation."""
@@ -152,8 +156,13 @@ def job_create(
         ]
     if runner not in ("", "local", "kubernetes"):
         fields["runner"] = ["must be local or kubernetes (empty: the deployment's RUNNER)"]
+    if spark_conf:
+        try:
+            spark_conf = operator_spark_conf(spark_conf)
+        except InvalidRequest as exc:
+            fields.update(exc.fields)
     if fields:
-        raise InvalidRequest(f"cannot create job {name!r}", fields=fields)
+        raise InvalidRequest(f"cannot create job {name!r}: {sorted(fields)}", fields=fields)
     job = Job(
         name=name,
         application=application,
@@ -164,6 +173,7 @@ def job_create(
         follow=follow,
         max_restarts=max_restarts,
         restart_backoff_s=restart_backoff_s,
+        spark_conf=dict(spark_conf or {}),
         created_by=created_by,
     )
     from django.core.exceptions import ValidationError

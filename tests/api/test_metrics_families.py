@@ -18,6 +18,7 @@ from controlplane.jobs.services import job_create
 from controlplane.lineage.services import reindex_application
 from snapshots_store import Manifest, Repository
 from tests.api.test_metrics import samples
+from tests.conftest import registered_store
 
 TOKEN = "families"
 
@@ -34,7 +35,7 @@ def make_app(
 ) -> Job:
     store = f"file://{tmp_path / 'store'}"
     app = Application.objects.create(
-        name=name, store_namespace=name, max_parallelism=8, store_url=store
+        name=name, store_namespace=name, max_parallelism=8, store=registered_store(store)
     )
     version = ApplicationVersion.objects.create(
         application=app, number=1, job="clickstream", config={}

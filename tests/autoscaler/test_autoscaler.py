@@ -22,6 +22,7 @@ from controlplane.jobs.store import job_repository
 from controlplane.operations.models import Operation
 from controlplane.operations.services import operation_request
 from snapshots_store import Manifest
+from tests.conftest import registered_store
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -34,7 +35,7 @@ def job(tmp_path: Path, postgresql_db: None) -> Job:
         name="clicks",
         store_namespace="clicks",
         max_parallelism=8,
-        store_url=f"file://{tmp_path / 'store'}",
+        store=registered_store(f"file://{tmp_path / 'store'}"),
     )
     version = ApplicationVersion.objects.create(
         application=app, number=1, job="clickstream", config={}

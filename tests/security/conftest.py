@@ -8,3 +8,4 @@ from tests.api.conftest import (  # noqa: F401  (fixtures)
     store_url,
     tokens,
 )
+from tests.security.attacks import listener, worker  # noqa: F401  (fixtures)

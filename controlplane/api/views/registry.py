@@ -13,17 +13,11 @@ from controlplane.applications.stores import store_list
 from runners import entry_points
 
 
-def _entries() -> serializers.Serializer:
-    return inline_serializer(  # type: ignore[no-any-return]
-        "EntryPoint",
-        {
-            "name": serializers.CharField(help_text="What versions and operations name."),
-            "value": serializers.CharField(help_text="module:attr it points at (read-only)."),
-            "distribution": serializers.CharField(help_text="The installed package declaring it."),
-            "version": serializers.CharField(help_text="That package's version."),
-        },
-        many=True,
-    )
+class EntryPointSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="What versions and operations name.")
+    value = serializers.CharField(help_text="module:attr it points at (read-only).")
+    distribution = serializers.CharField(help_text="The installed package declaring it.")
+    version = serializers.CharField(help_text="That package's version.")
 
 
 class EntryPointListView(ApiView):
@@ -34,8 +28,8 @@ class EntryPointListView(ApiView):
             200: inline_serializer(
                 "EntryPoints",
                 {
-                    "jobs": _entries(),
-                    "state_migrations": _entries(),
+                    "jobs": EntryPointSerializer(many=True),
+                    "state_migrations": EntryPointSerializer(many=True),
                 },
             )
         },

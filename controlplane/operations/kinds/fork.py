@@ -20,6 +20,7 @@ from controlplane.applications.models import NAME_PATTERN, ApplicationVersion
 from controlplane.errors import Conflict, Forbidden, InvalidRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_create, version_config_errors
+from controlplane.jobs.spark_conf import operator_spark_conf
 from controlplane.jobs.store import application_repository
 from controlplane.operations.commits import derived_commit
 from controlplane.operations.framework import OperationSpec, Phase, PhaseContext, Target
@@ -38,7 +39,16 @@ from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name
 
 OPERATOR_PARAMS = frozenset(
-    {"snapshot", "branch", "job_name", "version", "parallelism", "start", "start_timeout_s"}
+    {
+        "snapshot",
+        "branch",
+        "job_name",
+        "version",
+        "parallelism",
+        "spark_conf",
+        "start",
+        "start_timeout_s",
+    }
 )
 #: a new version is code: only an admin's fork may give these (an operator names `version`)
 ADMIN_PARAMS = frozenset({"job", "code_version", "config"})
@@ -85,12 +95,14 @@ class ForkSpec(OperationSpec):
         if not isinstance(start, bool):
             raise InvalidRequest("start must be true or false", fields={"start": ["bool"]})
         p_given = int_param(params, "parallelism")
+        spark_conf = operator_spark_conf(params.get("spark_conf", {}))
         base = self._base(params, target)
         cleaned: dict[str, Any] = {
             "branch": branch,
             "job_name": job_name,
             "base_version": None if base is None else base.pk,
             "start": start,
+            "spark_conf": spark_conf,
         }
         if new_version:
             cleaned["new_version"] = self._new_version(params, base)
@@ -110,12 +122,6 @@ class ForkSpec(OperationSpec):
                     code="unregistered_job",
                 )
             cleaned["version_id"] = base.pk
-        if Job.objects.filter(name=job_name).exists():
-            raise Conflict(
-                f"a job named {job_name!r} exists already; pass job_name",
-                code="job_exists",
-                fields={"job_name": ["exists"]},
-            )
         taken = Job.objects.filter(application=application, branch=branch).first()
         if taken is not None:
             raise Conflict(
@@ -123,6 +129,12 @@ class ForkSpec(OperationSpec):
                 "choose another name",
                 code="branch_exists",
                 fields={"branch": ["has a job"]},
+            )
+        if Job.objects.filter(name=job_name).exists():
+            raise Conflict(
+                f"a job named {job_name!r} exists already; pass job_name",
+                code="job_exists",
+                fields={"job_name": ["exists"]},
             )
         repo = application_repository(application)
         rev = str_param(params, "snapshot", required=True)
@@ -304,6 +316,7 @@ def _create_job(ctx: PhaseContext) -> None:
             version=_version(ctx),
             branch=params["branch"],
             parallelism=params["parallelism"],
+            spark_conf=params.get("spark_conf") or None,
             created_by=op.requested_by,
         )
     op.context["fork_job_id"] = job.pk
