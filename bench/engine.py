@@ -679,7 +679,7 @@ def measure_recovery(work: Path, store_url: str, namespace: str, data: EpochSet)
             namespace=namespace,
             branch="main",
             store_url=store_url,
-            job="bench.engine:recovery_job",
+            job="bench-recovery",  # an epochal.jobs entry point (pyproject.toml)
             job_args={"directory": str(data.directory)},
             parallelism=PARALLELISM,
             resources=Resources(driver_memory_mb=4096),

@@ -65,7 +65,7 @@ def build_job(*, epochs: int, seed: int, root: Path) -> dict[str, Any]:
 
     from django.utils import timezone
 
-    from controlplane.applications.models import Application
+    from controlplane.applications.models import Application, Store
     from controlplane.applications.services import version_create
     from controlplane.jobs.models import Job
     from controlplane.jobs.services import job_create
@@ -83,7 +83,9 @@ def build_job(*, epochs: int, seed: int, root: Path) -> dict[str, Any]:
         name=WEB_APPLICATION,
         store_namespace=WEB_APPLICATION,
         max_parallelism=M,
-        store_url=f"file://{root / 'store'}",
+        store=Store.objects.get_or_create(
+            url=f"file://{root / 'store'}", defaults={"name": f"{WEB_APPLICATION}-store"}
+        )[0],
     )
     version = version_create(
         application=application,

@@ -26,7 +26,7 @@ SMALL, LARGE = 2_000, 200_000
 
 
 def _counts(client: APIClient, name: str, facts: dict[str, Any]) -> dict[str, int]:
-    version = version_create(application=facts["application"], job="examples.clickstream:job")
+    version = version_create(application=facts["application"], job="clickstream")
     job_create(name=f"{name}-job", application=facts["application"], version=version)
     branch = facts["branch_names"][len(facts["branch_names"]) // 2]
     middle = facts["snapshot_ids"][len(facts["snapshot_ids"]) // 2]

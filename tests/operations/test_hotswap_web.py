@@ -34,6 +34,7 @@ from runners.engine.branch_source import BranchOutputSource, epoch_mapping
 from runners.engine.hotswap import RETIRED, SwapSide, swap_output
 from runners.engine.state_ops import new_branch_commit
 from snapshots_store import Repository
+from tests.conftest import registered_store
 from tests.e2e.harness import ROOT, database_url
 from tests.engine.jobs import aggregate_job, write_epochs
 
@@ -57,10 +58,10 @@ def web(spark: Any, tmp_path: Path) -> dict[str, Any]:
     data = str(tmp_path / "in")
     write_epochs(data, files=12, keys=40, records=200)
     up = Application.objects.create(
-        name="up", store_namespace="up", max_parallelism=32, store_url=store
+        name="up", store_namespace="up", max_parallelism=32, store=registered_store(store)
     )
     down = Application.objects.create(
-        name="down", store_namespace="down", max_parallelism=32, store_url=store
+        name="down", store_namespace="down", max_parallelism=32, store=registered_store(store)
     )
     jobs = {}
     for app, name, branch in (
@@ -70,7 +71,7 @@ def web(spark: Any, tmp_path: Path) -> dict[str, Any]:
     ):
         version = ApplicationVersion.objects.create(
             application=app, number=1 + ApplicationVersion.objects.filter(application=app).count(),
-            job="runners.jobs.clickstream:job", config={},
+            job="clickstream", config={},
         )  # fmt: skip
         jobs[name] = job_create(name=name, application=app, version=version, branch=branch)
     up_repo, down_repo = Repository.open(store, "up"), Repository.open(store, "down")
