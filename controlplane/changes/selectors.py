@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import connection
-from django.db.models import BigIntegerField, CharField, OuterRef, Subquery, Value
-from django.db.models.functions import Cast, Coalesce, Concat
+from django.db.models import BigIntegerField, Subquery, Value
+from django.db.models.functions import Coalesce
 
 from controlplane.changes.models import Change
 
@@ -37,8 +37,3 @@ def revision_subquery(key: Any) -> Any:
     a query with so the revision comes with the rows it describes — in the same statement."""
     newest = Change.objects.filter(key=key).order_by("-id").values("id")[:1]
     return Coalesce(Subquery(newest), Value(0), output_field=BigIntegerField())
-
-
-def job_key_expression(job_id: str = "pk") -> Any:
-    """``'job:' || <job_id>`` in SQL (`job_id` names the job id column of the outer query)."""
-    return Concat(Value("job:"), Cast(OuterRef(job_id), CharField()), output_field=CharField())

@@ -665,6 +665,17 @@ def _datetime(value: Any) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
+def summary_columns(alias: str) -> str:
+    """The columns `summary_of_row` reads, of the snapshot table aliased `alias`, for
+    statements that join a snapshot's summary to other rows."""
+    return ", ".join(f"{alias}.{column.strip()}" for column in _SUMMARY_COLUMNS.split(","))
+
+
+def summary_of_row(row: Sequence[Any]) -> SnapshotSummary | None:
+    """The summary in `row` (selected with `summary_columns`); None when the join found none."""
+    return None if row[0] is None else _summary(row)
+
+
 def branch_head(*, application: Application, branch: str) -> Snapshot | None:
     """The indexed head of `branch` (None when the branch is unknown or deleted), in one
     query (added for the REST API's job detail)."""

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import FilteredRelation, OuterRef, Q, QuerySet, Subquery
 
 from controlplane.changes.keys import operation_key
-from controlplane.changes.selectors import job_key_expression, revision_subquery
+from controlplane.changes.models import Change
+from controlplane.changes.selectors import revision_subquery
 from controlplane.errors import NotFound
 from controlplane.jobs.models import Job, Run
 from controlplane.jobs.selectors import job_not_found
+from controlplane.lineage.models import Branch, Snapshot
+from controlplane.lineage.selectors import SnapshotSummary, summary_columns, summary_of_row
 from controlplane.operations.models import ACTIVE_STATES, Operation
 
 
@@ -68,13 +73,12 @@ def operation_for_idempotency_key(*, user: Any, idempotency_key: str) -> Operati
 
 
 def job_overview(*, name: str) -> Job:
-    """Job `name` in one query with its application, version, `revision`, newest run
-    (`latest_run`, None before the first) and active operation (`active_operation`)."""
+    """Job `name` in one query with its application, version, newest run (`latest_run`,
+    None before the first) and active operation (`active_operation`)."""
     newest_run = Run.objects.filter(job=OuterRef("pk")).order_by("-created_at", "-id")
     found = (
         Job.objects.select_related("application", "version")
         .annotate(
-            revision=revision_subquery(job_key_expression()),
             active_operation=FilteredRelation(
                 "operations", condition=Q(operations__state__in=ACTIVE_STATES)
             ),
@@ -95,3 +99,33 @@ def job_overview(*, name: str) -> Job:
         operation.application = found.application
         operation.job = found
     return found
+
+
+@dataclass(frozen=True)
+class JobMark:
+    """What a conditional read of a job needs first: its id, its revision and its branch's
+    head (None before the first commit)."""
+
+    job_id: int
+    revision: int
+    head: SnapshotSummary | None
+
+
+def job_mark(*, name: str) -> JobMark:
+    """Job `name`'s id, revision and head in one plain statement: a conditional read that
+    finds the job unchanged (304) asks nothing else, and one that does not has the head."""
+    sql = (
+        f"SELECT j.id, (SELECT MAX(c.id) FROM {Change._meta.db_table} c "
+        f"WHERE c.key = %s || j.id), {summary_columns('s')} "
+        f"FROM {Job._meta.db_table} j "
+        f"LEFT JOIN {Branch._meta.db_table} b "
+        "ON b.application_id = j.application_id AND b.name = j.branch "
+        f"LEFT JOIN {Snapshot._meta.db_table} s ON s.id = b.head_id "
+        "WHERE j.name = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, ["job:", name])
+        row = cursor.fetchone()
+    if row is None:
+        raise job_not_found(name)
+    return JobMark(int(row[0]), int(row[1] or 0), summary_of_row(row[2:]))

@@ -32,8 +32,7 @@ from controlplane.changes.keys import job_key
 from controlplane.errors import InvalidRequest
 from controlplane.jobs import selectors, services
 from controlplane.jobs.models import JobState
-from controlplane.lineage.selectors import branch_head
-from controlplane.operations.selectors import job_overview
+from controlplane.operations.selectors import job_mark, job_overview
 
 TAGS = ["jobs"]
 MAX_LOG_LINES = 5000
@@ -103,23 +102,24 @@ class JobListView(ApiView):
 class JobDetailView(ApiView):
     @extend_schema(tags=TAGS, responses={200: JobDetailSerializer})
     def get(self, request: Request, name: str) -> Response:
-        job = job_overview(name=name)
-        etag = etag_for(request, "job", job.pk, job.revision)  # type: ignore[attr-defined]
+        mark = job_mark(name=name)
+        etag = etag_for(request, "job", mark.job_id, mark.revision)
         if matches(request, etag):
             with watching(request) as deadline:
                 changed = deadline is not None and wait_for_change(
-                    job_key(job.pk), job.revision, deadline=deadline, release_connection=True
+                    job_key(mark.job_id), mark.revision, deadline=deadline, release_connection=True
                 )
             if not changed:
                 return not_modified_after_watch(request, etag)
-            job = job_overview(name=name)
-            etag = etag_for(request, "job", job.pk, job.revision)  # type: ignore[attr-defined]
+            mark = job_mark(name=name)
+            etag = etag_for(request, "job", mark.job_id, mark.revision)
+        job = job_overview(name=name)  # read after the revision: the ETag is never newer
         ctx = {
             "request": request,
             "application": job.application.name,
             "current_run": job.latest_run,  # type: ignore[attr-defined]
             "active_operation": job.active_operation,  # type: ignore[attr-defined]
-            "head": branch_head(application=job.application, branch=job.branch),
+            "head": mark.head,
         }
         return tag(Response(JobDetailSerializer(job, context=ctx).data), etag)
 
