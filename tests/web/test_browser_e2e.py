@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import require_service
-from tests.e2e.conftest import _stop_runs
+from tests.e2e.conftest import E2E_REDIS_DB, _stop_runs
 from tests.e2e.harness import ControlPlane, wait_for
 from tests.web.browser import Watched, chromium, watched
 from tests.web.conftest import PASSWORD
@@ -24,9 +24,10 @@ from tests.web.conftest import PASSWORD
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.spark]
 SLOW = 300_000  # ms: a Spark run starting or restarting on a busy 2-core machine
 OPERATION_PAGE = re.compile(r"/jobs/clicks-main/\?operation=")  # where a job action redirects
-# A Redis database of our own: the e2e suite's (5) may be in use by another run at the same time,
-# and a worker there would take our tasks.
-DASHBOARD_REDIS_DB = 9
+# The checkout's own Redis database (EPOCHAL_E2E_REDIS_DB, as tests/e2e): a database shared by
+# every checkout (a fixed 9 before) let another run's worker take this test's tasks, and its
+# operations stayed pending. Within one test session the e2e tests run one after another.
+DASHBOARD_REDIS_DB = E2E_REDIS_DB
 
 
 @pytest.fixture(scope="module")
