@@ -2,18 +2,21 @@
 
 from django.db import migrations
 
+from controlplane.changes.sqlite_rebuild import around
+
 
 class Migration(migrations.Migration):
 
     dependencies = [
+        ('changes', '0001_initial'),  # its SQLite triggers name the rebuilt table
         ('jobs', '0002_initial'),
         # its data migration moves a job's store_url to the application's registered store
         ('applications', '0004_store_remove_application_store_url_application_store'),
     ]
 
-    operations = [
+    operations = around(
         migrations.RemoveField(
             model_name='job',
             name='store_url',
         ),
-    ]
+    )

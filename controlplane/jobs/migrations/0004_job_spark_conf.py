@@ -2,17 +2,20 @@
 
 from django.db import migrations, models
 
+from controlplane.changes.sqlite_rebuild import around
+
 
 class Migration(migrations.Migration):
 
     dependencies = [
+        ('changes', '0001_initial'),  # its SQLite triggers name the rebuilt table
         ('jobs', '0003_remove_job_store_url'),
     ]
 
-    operations = [
+    operations = around(
         migrations.AddField(
             model_name='job',
             name='spark_conf',
             field=models.JSONField(blank=True, default=dict),
         ),
-    ]
+    )

@@ -3,17 +3,20 @@
 from django.conf import settings
 from django.db import migrations, models
 
+from controlplane.changes.sqlite_rebuild import around
+
 
 class Migration(migrations.Migration):
 
     dependencies = [
+        ('changes', '0001_initial'),  # its SQLite triggers name the rebuilt table
         ('applications', '0003_version_job_entry_point'),
         ('jobs', '0002_initial'),
         ('operations', '0003_operation_request_fingerprint'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
-    operations = [
+    operations = around(
         migrations.AddField(
             model_name='operation',
             name='target_branch',
@@ -23,4 +26,4 @@ class Migration(migrations.Migration):
             model_name='operation',
             constraint=models.UniqueConstraint(condition=models.Q(('state__in', ['pending', 'running']), models.Q(('target_branch', ''), _negated=True)), fields=('application', 'target_branch'), name='operation_one_active_per_new_branch'),
         ),
-    ]
+    )
