@@ -18,7 +18,9 @@ def _off(apps: Any, schema_editor: Any) -> None:
 
 
 def _on(apps: Any, schema_editor: Any) -> None:
-    if schema_editor.connection.vendor == "sqlite":
+    connection = schema_editor.connection
+    # Before the changes app's first migration there are no triggers yet: it installs them.
+    if connection.vendor == "sqlite" and "changes_change" in connection.introspection.table_names():
         for statement in triggers.SQLITE:
             schema_editor.execute(statement)
 

@@ -8,7 +8,6 @@ from controlplane.changes.sqlite_rebuild import around
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('changes', '0001_initial'),  # its SQLite triggers name the rebuilt table
         ('jobs', '0002_initial'),
         # its data migration moves a job's store_url to the application's registered store
         ('applications', '0004_store_remove_application_store_url_application_store'),

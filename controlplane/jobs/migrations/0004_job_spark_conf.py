@@ -8,7 +8,6 @@ from controlplane.changes.sqlite_rebuild import around
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('changes', '0001_initial'),  # its SQLite triggers name the rebuilt table
         ('jobs', '0003_remove_job_store_url'),
     ]
 

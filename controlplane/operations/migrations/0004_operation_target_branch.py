@@ -9,7 +9,6 @@ from controlplane.changes.sqlite_rebuild import around
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('changes', '0001_initial'),  # its SQLite triggers name the rebuilt table
         ('applications', '0003_version_job_entry_point'),
         ('jobs', '0002_initial'),
         ('operations', '0003_operation_request_fingerprint'),
