@@ -548,14 +548,15 @@ class Bench:
             )  # fmt: skip
             x = result.extra
             waves = -(-p // cores)
-            driver_s = [
-                d - waves * (float(ms or 0) + float(rs or 0))
-                for d, ms, rs in zip(x["duration_s"], x["map_s"], x["reduce_s"], strict=True)
-            ][1:]  # the first epoch creates the state
-            point = {
+            scan = _scanned(self.routing, p)
+            task_s = _task_seconds(x, scan)
+            driver_s = [d - waves * t for d, t in zip(x["duration_s"], task_s, strict=True)][1:]
+            point = {  # epochs 2.. (the first creates the state)
                 "max_parallelism": m,
                 "parallelism": p,
+                "routing": "scan" if scan else "shuffle",
                 "driver_s": round(statistics.median(driver_s), 4),
+                "task_s": round(statistics.median(task_s[1:]), 4),
                 "task_waves": waves,
                 "epoch_s": round(result.steady_epoch_s, 4),
                 "commit_ms": round(statistics.median(x["commit_ms"][1:]), 1),
@@ -838,7 +839,9 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
         "ratio_python_vs_spark_tws_row": _ratio(rps("engine_python"), rps("spark_tws_row")),
         "limit_rps": rps("polars_limit"),
         "ratio_vs_limit": _ratio(rps("engine"), rps("polars_limit")),
-        "engine_phase_breakdown": _phase_breakdown(r.get("engine"), r.get("polars_limit")),
+        "engine_phase_breakdown": _phase_breakdown(
+            r.get("engine"), r.get("polars_limit"), bench.routing
+        ),
         "incremental_keys": s.incremental_keys,
         "incremental_keys_touched_per_epoch": round(s.incremental_keys * s.incremental_fraction),
         "bytes_written_per_epoch": round(bytes_written) if bytes_written is not None else None,
@@ -894,13 +897,25 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
     return report
 
 
+def _scanned(routing: str, parallelism: int) -> bool:
+    """Whether the runner routed by scanning (its `auto` rule: scan for p <= 2)."""
+    return routing == "scan" or (routing == "auto" and parallelism <= 2)
+
+
+def _task_seconds(detail: dict[str, Any], scan: bool) -> list[float]:
+    """Per epoch, the task time on the critical path: with the scan routing the slowest task's
+    `reduce_s` (which includes its `map_s`), with the shuffle the slowest map + slowest reduce."""
+    pairs = zip(detail["map_s"], detail["reduce_s"], strict=True)
+    return [float(r or 0) + (0.0 if scan else float(m or 0)) for m, r in pairs]
+
+
 def _phase_breakdown(
-    engine: VariantResult | None, limit: VariantResult | None
+    engine: VariantResult | None, limit: VariantResult | None, routing: str
 ) -> dict[str, float] | None:
     """Where one steady engine epoch goes (median over epochs 2..n), beside the limit's epoch.
 
-    tasks_s: the longest map + reduce task (reading, hashing, Arrow transfer, aggregating, state
-    chunks and output objects written); spark_and_driver_s: the rest of the time before the
+    tasks_s: the task time on the critical path (reading, hashing, Arrow transfer, aggregating,
+    state chunks and output objects written); spark_and_driver_s: the rest of the time before the
     commit (planning, Spark job scheduling, task launch, shuffle, collecting reports);
     commit_s: manifest and ref CAS; other_s: the remainder of the epoch.
     """
@@ -913,8 +928,7 @@ def _phase_breakdown(
         return statistics.median(rest)
 
     duration = med(x["duration_s"])
-    pairs = zip(x["map_s"], x["reduce_s"], strict=True)
-    tasks = med([float(m or 0) + float(r or 0) for m, r in pairs])
+    tasks = med(_task_seconds(x, _scanned(routing, max(x["parallelism"]))))
     process = med(x["process_s"])
     commit = med(x["commit_ms"]) / 1000
     out = {
