@@ -8,9 +8,8 @@ from controlplane.changes import triggers
 def install(apps: Any, schema_editor: Any) -> None:
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(triggers.POSTGRESQL)
-    elif schema_editor.connection.vendor == "sqlite":
-        for statement in triggers.SQLITE:
-            schema_editor.execute(statement)
+    # SQLite: installed after every migrate by the app's post_migrate handler (apps.py), since
+    # a later migration's table rebuild fails while triggers name the table
 
 
 def uninstall(apps: Any, schema_editor: Any) -> None:
