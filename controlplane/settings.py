@@ -240,6 +240,12 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": "/api/",
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.api.schema.strict_request_bodies",
+        "controlplane.api.schema.exact_parameters",
+        "controlplane.api.schema.response_links",
+    ],
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "controlplane.jobs.models.JobState",
         "RunPhaseEnum": "controlplane.jobs.models.RunPhase",

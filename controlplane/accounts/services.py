@@ -10,7 +10,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from controlplane.accounts.roles import ROLES, assign_role
-from controlplane.errors import Conflict, InvalidRequest
+from controlplane.errors import Conflict, InvalidRequest, Unprocessable
 
 
 def _check_role(role: str) -> None:
@@ -30,8 +30,9 @@ def user_create(*, username: str, role: str, password: str | None = None, email:
         try:
             validate_password(password, user)
         except ValidationError as exc:
-            raise InvalidRequest(
+            raise Unprocessable(
                 "the password is too weak: " + " ".join(exc.messages),
+                code="weak_password",
                 fields={"password": list(exc.messages)},
             ) from None
         user.set_password(password)

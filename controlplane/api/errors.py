@@ -103,7 +103,7 @@ def exception_response(exc: BaseException) -> Response | None:
     if isinstance(exc, InvalidCursorError):
         return Response(
             error_body("invalid_cursor", str(exc), fields={"cursor": ["not a cursor we issued"]}),
-            status=400,
+            status=422,
         )
     if isinstance(exc, LineageError):
         return Response(error_body("invalid", str(exc)), status=400)

@@ -3,7 +3,8 @@
 Pages are cursor-based: follow `next` (or pass its `cursor` back); `limit` (1..1000, default
 50) sets the page size. Querysets use DRF's keyset `CursorPagination` (stable under inserts);
 the lineage endpoints hand out their selectors' own cursors; short in-memory lists (branches,
-tags) use a position cursor. A cursor that was not issued by us is a 400 `invalid_cursor`.
+tags) use a position cursor. A cursor that was not issued by us is a 422 `invalid_cursor` (a
+string the schema allows, that the server cannot use).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 from rest_framework.utils.urls import replace_query_param
 
-from controlplane.errors import InvalidRequest
+from controlplane.errors import InvalidRequest, Unprocessable
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -27,10 +28,9 @@ MAX_LIMIT = 1000
 PAGE_PARAMETERS = [
     OpenApiParameter(
         "limit",
-        int,
-        description=f"Page size, 1..{MAX_LIMIT} (default {DEFAULT_LIMIT}).",
-        # Declared as a plain integer so clients (and fuzzers) may send out-of-range values:
-        # those get a 400 `invalid` naming the field.
+        {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT},  # type: ignore[arg-type]
+        description=f"Page size, 1..{MAX_LIMIT} (default {DEFAULT_LIMIT}); 0 or more than "
+        f"{MAX_LIMIT} is a 400 `invalid` naming `limit`.",
     ),
     OpenApiParameter("cursor", str, description="Where the page starts: from a `next` link."),
 ]
@@ -38,12 +38,9 @@ PAGE_PARAMETERS = [
 
 def page_limit(request: Request, default: int = DEFAULT_LIMIT) -> int:
     raw = request.query_params.get("limit")
-    if raw is None or raw == "":
+    if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
+    value = int(raw) if raw.isascii() and raw.isdigit() else 0
     if not 1 <= value <= MAX_LIMIT:
         raise InvalidRequest(
             f"limit must be an integer from 1 to {MAX_LIMIT}, not {raw!r}",
@@ -81,7 +78,7 @@ class KeysetPagination(CursorPagination):
         try:
             return super().decode_cursor(request)
         except NotFound:
-            raise InvalidRequest(
+            raise Unprocessable(
                 "cursor is not one this API handed out; start again without a cursor",
                 code="invalid_cursor",
                 fields={"cursor": ["not a cursor we issued"]},
@@ -112,7 +109,7 @@ def sequence_page(request: Request, items: Sequence[Any]) -> tuple[list[Any], st
             if start < 0:
                 raise ValueError(decoded)
         except (ValueError, UnicodeError):
-            raise InvalidRequest(
+            raise Unprocessable(
                 "cursor is not one this API handed out; start again without a cursor",
                 code="invalid_cursor",
                 fields={"cursor": ["not a cursor we issued"]},

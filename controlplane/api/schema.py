@@ -21,6 +21,7 @@ _DESCRIPTIONS = {
     "403": "The user lacks the role this endpoint needs.",
     "404": "Nothing there.",
     "406": "The Accept header names no type the endpoint renders.",
+    "413": "The body is larger than the server accepts (`EPOCHAL_MAX_BODY_BYTES`).",
     "415": "The body is not application/json.",
     "429": "Too many requests; retry after `Retry-After` seconds.",
 }
@@ -39,7 +40,7 @@ class ApiAutoSchema(AutoSchema):
         if "{" in self.path:
             codes.append("404")
         if self.method in ("POST", "PUT", "PATCH"):
-            codes.append("415")
+            codes += ["413", "415"]
         for code in codes:
             if code not in responses:
                 responses[code] = self._get_response_for_code(
@@ -52,3 +53,142 @@ class ApiAutoSchema(AutoSchema):
 
 def error(description: str) -> OpenApiResponse:
     return OpenApiResponse(ErrorSerializer, description=description)
+
+
+REF_PATTERN = (
+    r"^(?=.{1,255}$)(?!.*\.\.)(?!.*\.lock(/|$))(?!.*\.$)"
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}(/[A-Za-z0-9][A-Za-z0-9._-]{0,99})*$"
+)
+"""Branch, tag and revision names as the store takes them (snapshots_store/names.py)."""
+REF = {"type": "string", "pattern": REF_PATTERN}
+
+NO_NUL = "^[^\\x00]*$"
+"""Strings the server takes: anything but NUL (no database stores one; it answers 400)."""
+
+LINKS: dict[tuple[str, str], dict[str, tuple[str, dict[str, str]]]] = {
+    # (operation, status) -> link name -> (target operation, its parameters)
+    ("application_list_post", "201"): {
+        "GetApplication": ("application_detail_get", {"name": "$response.body#/name"}),
+        "ListVersions": ("version_list_get", {"name": "$response.body#/name"}),
+        "CreateVersion": ("version_list_post", {"name": "$response.body#/name"}),
+        "ListBranches": ("branch_list_get", {"name": "$response.body#/name"}),
+    },
+    ("version_list_post", "201"): {
+        "GetVersion": (
+            "version_detail_get",
+            {"name": "$request.path.name", "number": "$response.body#/number"},
+        ),
+    },
+    ("job_list_post", "201"): {
+        "GetJob": ("job_detail_get", {"name": "$response.body#/name"}),
+        "ListRuns": ("job_run_list_get", {"name": "$response.body#/name"}),
+        "RequestOperation": ("job_operation_request_post", {"name": "$response.body#/name"}),
+    },
+    ("job_operation_request_post", "202"): {
+        "GetOperation": ("operation_detail_get", {"operation_id": "$response.body#/id"}),
+        "CancelOperation": ("operation_cancel_post", {"operation_id": "$response.body#/id"}),
+    },
+    ("application_operation_request_post", "202"): {
+        "GetOperation": ("operation_detail_get", {"operation_id": "$response.body#/id"}),
+        "CancelOperation": ("operation_cancel_post", {"operation_id": "$response.body#/id"}),
+    },
+    ("token_list_post", "201"): {
+        "GetToken": ("token_detail_get", {"token_id": "$response.body#/id"}),
+        "RotateToken": ("token_rotate_post", {"token_id": "$response.body#/id"}),
+        "RevokeToken": ("token_detail_delete", {"token_id": "$response.body#/id"}),
+    },
+    ("token_rotate_post", "201"): {
+        "GetToken": ("token_detail_get", {"token_id": "$response.body#/id"}),
+        "RevokeToken": ("token_detail_delete", {"token_id": "$response.body#/id"}),
+    },
+    ("user_list_post", "201"): {
+        "GetUser": ("user_detail_get", {"username": "$response.body#/username"}),
+        "ChangeUser": ("user_detail_patch", {"username": "$response.body#/username"}),
+    },
+}
+
+
+def _operations(result: dict[str, Any]) -> Any:
+    for path in result.get("paths", {}).values():
+        for operation in path.values():
+            if isinstance(operation, dict) and "operationId" in operation:
+                yield operation
+
+
+JSON_VALUE = {
+    "description": "Any JSON value without NUL characters (at most 32 levels deep).",
+    "nullable": True,
+    "anyOf": [
+        {"type": "string", "pattern": NO_NUL},
+        {"type": "number"},
+        {"type": "boolean"},
+        {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
+        {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}},
+    ],
+}
+
+
+def _exact(schema: dict[str, Any]) -> None:
+    """What the strict parser refuses, in `schema` (a request body's or a field's)."""
+    if schema.get("type") == "string" and not {"enum", "format", "pattern"} & set(schema):
+        schema["pattern"] = NO_NUL
+    elif schema.get("type") == "object" and "properties" not in schema:
+        extra = schema.get("additionalProperties", True)
+        if extra is True or extra == {}:
+            schema["additionalProperties"] = {"$ref": "#/components/schemas/JsonValue"}
+
+
+def strict_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: request bodies take no field they do not declare
+    (`additionalProperties: false`), as `StrictSerializer` enforces with a 400, and no string
+    anywhere holds a NUL (the strict parser's 400)."""
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    for name, component in schemas.items():
+        if name.endswith("Request") and component.get("type") == "object":
+            component.setdefault("additionalProperties", False)
+            for field in component.get("properties", {}).values():
+                _exact(field)
+    schemas["JsonValue"] = JSON_VALUE
+    # A version names a job installed here: the schema lists them (an unknown name is a 400).
+    from runners.entry_points import JOBS, registered
+
+    job = schemas.get("VersionCreateRequest", {}).get("properties", {}).get("job")
+    if job is not None:
+        job["enum"] = sorted({entry.name for entry in registered(JOBS)})
+    return result
+
+
+def exact_parameters(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: free-text parameters declare that NUL is refused."""
+    for operation in _operations(result):
+        for parameter in operation.get("parameters", []):
+            schema = parameter.get("schema", {})
+            if schema.get("type") == "string" and not {"enum", "format", "pattern"} & set(schema):
+                schema["pattern"] = NO_NUL
+            if parameter.get("name") == "cursor":
+                operation["responses"].setdefault("422", _error("A cursor this API did not issue."))
+    return result
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+def response_links(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: OpenAPI links from what a create answers to the
+    requests on what it created (clients and stateful fuzzers follow them)."""
+    ids = {operation["operationId"] for operation in _operations(result)}
+    for operation in _operations(result):
+        for status, response in operation.get("responses", {}).items():
+            links = LINKS.get((operation["operationId"], status), {})
+            declared = {
+                name: {"operationId": target, "parameters": parameters}
+                for name, (target, parameters) in links.items()
+                if target in ids
+            }
+            if declared:
+                response["links"] = declared
+    return result

@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from controlplane.accounts.models import TOKEN_STATES
 from controlplane.accounts.roles import ROLES, user_role
+from controlplane.api.schema import REF_PATTERN
 from controlplane.applications.models import (
     JOB_NAME_PATTERN,
     MAX_PARALLELISM_LIMIT,
@@ -53,9 +54,15 @@ _TYPE_NAMES.update({dict: "an object", list: "an array"})
 
 
 class StrictSerializer(serializers.Serializer):
-    """Every request body: unknown fields are a 400 (like Kubernetes' strict field
-    validation), and each field takes its JSON type only (``"3"`` is not an integer, ``1`` is
-    not a boolean, ``3`` is not a string)."""
+    # The base of every request body: unknown fields are a 400 (like Kubernetes' strict field
+    # validation), and each field takes its JSON type only ("3" is not an integer, 1 is not a
+    # boolean, 3 is not a string). (A comment, not a docstring: the schema shows docstrings.)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for field in self.fields.values():
+            if isinstance(field, serializers.CharField):
+                field.trim_whitespace = False  # " a" is not "a": what was sent is what counts
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
@@ -320,11 +327,11 @@ class JobSerializer(ContextSerializer):
 
 class JobCreateSerializer(StrictSerializer):
     name = serializers.RegexField(NAME_PATTERN, max_length=100)
-    application = serializers.CharField(max_length=100)
+    application = serializers.RegexField(NAME_PATTERN, max_length=100)
     version = serializers.IntegerField(
         min_value=1, required=False, help_text="Version number; default: the newest."
     )
-    branch = serializers.CharField(max_length=255, default="main")
+    branch = serializers.RegexField(REF_PATTERN, max_length=255, default="main")
     parallelism = serializers.IntegerField(min_value=1, max_value=MAX_PARALLELISM_LIMIT, default=2)
     runner = serializers.ChoiceField(choices=["", "local", "kubernetes"], default="")
     follow = serializers.BooleanField(default=True)
@@ -481,7 +488,12 @@ class UserCreateSerializer(StrictSerializer):
     role = serializers.ChoiceField(choices=list(ROLES))
     email = serializers.EmailField(required=False, default="")
     password = serializers.CharField(
-        required=False, write_only=True, help_text="Omit for a token-only user."
+        required=False,
+        write_only=True,
+        min_length=8,
+        max_length=128,
+        help_text="Omit for a token-only user. Checked by the password validators (too common, "
+        "all digits, like the username: 422 `weak_password`).",
     )
 
 

@@ -106,5 +106,5 @@ urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("redoc/", SpectacularRedocView.as_view(url_name="api:schema"), name="redoc"),
-    re_path(r"^.*$", root.UnknownPathView.as_view(), name="unknown"),
+    re_path(r"^[\s\S]*$", root.UnknownPathView.as_view(), name="unknown"),  # newlines too
 ]

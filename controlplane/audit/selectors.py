@@ -29,7 +29,7 @@ def audit_list(
         entries = entries.filter(action__startswith=action)
     if kind:
         entries = entries.filter(kind=kind)
-    if operation:
+    if operation is not None:
         try:
             entries = entries.filter(operation_id=uuid.UUID(operation))
         except ValueError:

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.applications.models import Application, ApplicationVersion
-from controlplane.errors import Conflict, InvalidRequest
+from controlplane.errors import Conflict, InvalidRequest, Unprocessable
 from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase
 from controlplane.jobs.spark_conf import operator_spark_conf
 from runners import entry_points
@@ -151,9 +151,11 @@ def job_create(
     if isinstance(parallelism, bool) or not isinstance(parallelism, int) or parallelism < 1:
         fields["parallelism"] = ["must be a positive integer"]
     elif parallelism > application.max_parallelism:
-        fields["parallelism"] = [
-            f"must be at most the application's max parallelism M={application.max_parallelism}"
-        ]
+        raise Unprocessable(
+            f"parallelism {parallelism} is more than the application's max parallelism "
+            f"M={application.max_parallelism}",
+            fields={"parallelism": [f"at most M={application.max_parallelism}"]},
+        )
     if runner not in ("", "local", "kubernetes"):
         fields["runner"] = ["must be local or kubernetes (empty: the deployment's RUNNER)"]
     if spark_conf:
@@ -179,7 +181,8 @@ def job_create(
     from django.core.exceptions import ValidationError
 
     try:
-        job.full_clean(validate_constraints=False)
+        # Uniqueness is the database's to decide (a taken name is a 409, even under a race).
+        job.full_clean(validate_unique=False, validate_constraints=False)
     except ValidationError as exc:
         raise InvalidRequest(f"cannot create job {name!r}", fields=exc.message_dict) from None
     try:

@@ -48,9 +48,9 @@ def api_routes() -> list[tuple[str, Any]]:
     found = [
         (route, view)
         for route, view in _routes(get_resolver().url_patterns)
-        if route.startswith(("api/", "^.*$")) or route == "metrics"
+        if route.startswith(("api/", "^[\\s\\S]*$")) or route == "metrics"
     ]
-    found = [(r.replace("api/^.*$", "api/<unknown>"), v) for r, v in found]
+    found = [(r.replace("api/^[\\s\\S]*$", "api/<unknown>"), v) for r, v in found]
     return found
 
 

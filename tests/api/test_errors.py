@@ -44,12 +44,12 @@ def test_validation_errors_name_each_field(lineage: Lineage, client_for: Client)
     assert "kind" in error["fields"]
     error_of(operator.get("/api/jobs/?limit=0"), 400, "invalid")
     error_of(operator.get("/api/jobs/?limit=abc"), 400, "invalid")
-    error_of(operator.get("/api/jobs/?cursor=garbage"), 400, "invalid_cursor")
+    error_of(operator.get("/api/jobs/?cursor=garbage"), 422, "invalid_cursor")
     error_of(
-        operator.get("/api/applications/clicks/snapshots/?cursor=nonsense"), 400, "invalid_cursor"
+        operator.get("/api/applications/clicks/snapshots/?cursor=nonsense"), 422, "invalid_cursor"
     )
-    error_of(operator.get("/api/applications/clicks/branches/?cursor=@@"), 400, "invalid_cursor")
-    error_of(operator.get("/api/applications/clicks/lineage/?cursor=x1"), 400, "invalid_cursor")
+    error_of(operator.get("/api/applications/clicks/branches/?cursor=@@"), 422, "invalid_cursor")
+    error_of(operator.get("/api/applications/clicks/lineage/?cursor=x1"), 422, "invalid_cursor")
     error_of(operator.get("/api/applications/clicks/snapshots/?first_parent=maybe"), 400, "invalid")
 
 

@@ -158,7 +158,8 @@ def test_passwords_are_validated_wherever_users_are_created(
         headers={"Authorization": f"Token {tokens['admin']}"},
         timeout=60,
     )
-    assert api.status_code == 400 and "password" in api.json()["error"]["fields"]
+    assert api.status_code == 422 and "password" in api.json()["error"]["fields"]
+    assert api.json()["error"]["code"] == "weak_password"
     from django.contrib.auth import get_user_model
     from django.test import Client
 

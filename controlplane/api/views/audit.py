@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.timezone import is_naive, make_aware
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,14 +28,17 @@ def _moment(request: Request, name: str) -> datetime | None:
         if value is None:
             day = parse_date(raw)
             value = None if day is None else datetime(day.year, day.month, day.day)
-    except ValueError:
+        if value is not None:
+            # In UTC: the database refuses odd offsets (e.g. +20:42) that ISO 8601 allows.
+            value = (make_aware(value) if is_naive(value) else value).astimezone(UTC)
+    except (ValueError, OverflowError):
         value = None
     if value is None:
         raise InvalidRequest(
             f"{name} must be an ISO 8601 date or date-time, not {raw!r}",
             fields={name: ["ISO 8601 date or date-time"]},
         )
-    return make_aware(value) if is_naive(value) else value
+    return value
 
 
 class AuditListView(ApiView):
@@ -46,15 +50,15 @@ class AuditListView(ApiView):
                 "action", str, description="Prefix, e.g. `POST /api/jobs` or `operation.`."
             ),
             OpenApiParameter("kind", str, enum=list(AuditKind.values)),
-            OpenApiParameter("operation", str, description="An operation id (UUID)."),
-            OpenApiParameter("since", str, description="ISO 8601, inclusive."),
-            OpenApiParameter("until", str, description="ISO 8601, exclusive."),
+            OpenApiParameter("operation", OpenApiTypes.UUID, description="An operation id."),
+            OpenApiParameter("since", OpenApiTypes.DATETIME, description="ISO 8601, inclusive."),
+            OpenApiParameter("until", OpenApiTypes.DATETIME, description="ISO 8601, exclusive."),
             *PAGE_PARAMETERS,
         ],
         responses={200: page_of(AuditEntrySerializer, "AuditPage")},
     )
     def get(self, request: Request) -> Response:
-        kind = request.query_params.get("kind") or None
+        kind = request.query_params.get("kind")
         if kind is not None and kind not in AuditKind.values:
             raise InvalidRequest(
                 f"kind must be one of {list(AuditKind.values)}",
@@ -64,7 +68,7 @@ class AuditListView(ApiView):
             actor=request.query_params.get("actor") or None,
             action=request.query_params.get("action") or None,
             kind=kind,
-            operation=request.query_params.get("operation") or None,
+            operation=request.query_params.get("operation"),  # empty: not an id (400)
             since=_moment(request, "since"),
             until=_moment(request, "until"),
         )

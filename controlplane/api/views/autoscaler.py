@@ -54,7 +54,11 @@ class JobAutoscalerView(ApiView):
         tags=TAGS,
         summary="The job's autoscaling policy and its newest decisions (with their inputs)",
         parameters=[
-            OpenApiParameter("limit", int, description=f"Decisions, 0..{MAX_DECISIONS} (20).")
+            OpenApiParameter(
+                "limit",
+                {"type": "integer", "minimum": 0, "maximum": MAX_DECISIONS},  # type: ignore[arg-type]
+                description=f"Decisions, 0..{MAX_DECISIONS} (default 20; 0: the policy only).",
+            )
         ],
         responses={200: OpenApiResponse(description="policy and decisions")},
     )
@@ -66,7 +70,7 @@ class JobAutoscalerView(ApiView):
                 fields={k: ["unknown parameter"] for k in unknown},
             )
         raw = request.query_params.get("limit", "20")
-        if not raw.isdigit() or not 0 <= int(raw) <= MAX_DECISIONS:
+        if not (raw.isascii() and raw.isdigit()) or not 0 <= int(raw) <= MAX_DECISIONS:
             raise InvalidRequest(
                 f"limit must be an integer from 0 to {MAX_DECISIONS}",
                 fields={"limit": [f"an integer from 0 to {MAX_DECISIONS}"]},

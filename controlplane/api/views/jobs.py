@@ -29,7 +29,7 @@ from controlplane.api.serializers import (
 from controlplane.applications.selectors import application_get, version_get, version_latest
 from controlplane.changes.feed import wait_for_change
 from controlplane.changes.keys import job_key
-from controlplane.errors import InvalidRequest
+from controlplane.errors import Conflict, InvalidRequest
 from controlplane.jobs import selectors, services
 from controlplane.jobs.models import JobState
 from controlplane.operations.selectors import job_mark, job_overview
@@ -51,7 +51,7 @@ class JobListView(ApiView):
         responses={200: page_of(JobSerializer, "JobPage")},
     )
     def get(self, request: Request) -> Response:
-        state = request.query_params.get("state") or None
+        state = request.query_params.get("state")  # present but empty is not a state
         if state is not None and state not in JobState.values:
             raise InvalidRequest(
                 f"state must be one of {list(JobState.values)}",
@@ -71,7 +71,8 @@ class JobListView(ApiView):
         responses={
             201: JobSerializer,
             404: error("Unknown application or version."),
-            409: error("The name or the application's branch has a job already."),
+            409: error("The name or the application's branch has a job already, or no version."),
+            422: error("More parallelism than the application's max parallelism."),
         },
     )
     def post(self, request: Request) -> Response:
@@ -86,7 +87,7 @@ class JobListView(ApiView):
             else version_get(application=application, number=number)
         )
         if version is None:
-            raise InvalidRequest(
+            raise Conflict(
                 f"application {application.name} has no version yet; create one with "
                 f"POST /api/applications/{application.name}/versions/",
                 fields={"version": ["the application has no versions"]},
@@ -141,14 +142,18 @@ class JobLogsView(ApiView):
         summary="The last lines of a run's log (default: the current run)",
         parameters=[
             OpenApiParameter("run", str, description="A run id (default: the newest run)."),
-            OpenApiParameter("tail", int, description=f"Lines, 1..{MAX_LOG_LINES} (default 100)."),
+            OpenApiParameter(
+                "tail",
+                {"type": "integer", "minimum": 1, "maximum": MAX_LOG_LINES},  # type: ignore[arg-type]
+                description=f"Lines, 1..{MAX_LOG_LINES} (default 100).",
+            ),
         ],
         responses={200: LogsSerializer},
     )
     def get(self, request: Request, name: str) -> Response:
         job = selectors.job_get(name=name)
-        raw = request.query_params.get("tail") or "100"
-        tail = int(raw) if raw.isdigit() else 0
+        raw = request.query_params.get("tail", "100")
+        tail = int(raw) if raw.isascii() and raw.isdigit() else 0
         if not 1 <= tail <= MAX_LOG_LINES:
             raise InvalidRequest(
                 f"tail must be an integer from 1 to {MAX_LOG_LINES}",

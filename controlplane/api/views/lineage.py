@@ -27,7 +27,7 @@ from controlplane.api.pagination import (
     page_response_data,
     sequence_page,
 )
-from controlplane.api.schema import error
+from controlplane.api.schema import REF, error
 from controlplane.api.serializers import (
     BranchSerializer,
     GraphEdgeSerializer,
@@ -102,7 +102,7 @@ class SnapshotLogView(ApiView):
         parameters=[
             OpenApiParameter(
                 "rev",
-                str,
+                REF,
                 description="Branch name, `heads/x`, `tags/y` or a 64-hex id (default `main`).",
             ),
             OpenApiParameter(
@@ -170,7 +170,7 @@ class SnapshotDiffView(ApiView):
         summary="What changed from the first parent (or `against`) to this snapshot",
         parameters=[
             OpenApiParameter(
-                "against", str, description="Any revision the store resolves (default: parent)."
+                "against", REF, description="Any revision the store resolves (default: parent)."
             )
         ],
         responses={200: SnapshotDiffSerializer, 502: error("The store could not be read.")},

@@ -123,7 +123,7 @@ class ApplicationOperationRequestView(ApiView):
 
 
 def _choice(request: Request, name: str, allowed: list[str]) -> str | None:
-    value = request.query_params.get(name) or None
+    value = request.query_params.get(name)  # present but empty is not a choice
     if value is not None and value not in allowed:
         raise InvalidRequest(
             f"{name} must be one of {allowed}", fields={name: [f"one of {allowed}"]}

@@ -57,7 +57,10 @@ class TokenListView(ApiView):
             OpenApiParameter("user", str, description="Admins: another user's tokens."),
             *PAGE_PARAMETERS,
         ],
-        responses={200: page_of(TokenSerializer, "TokenPage")},
+        responses={
+            200: page_of(TokenSerializer, "TokenPage"),
+            404: error("No user of that name (admins)."),
+        },
     )
     def get(self, request: Request) -> Response:
         owner = _owner(request, request.query_params.get("user"))
@@ -68,7 +71,7 @@ class TokenListView(ApiView):
     @extend_schema(
         tags=TAGS,
         request=TokenCreateSerializer,
-        responses={201: IssuedTokenSerializer},
+        responses={201: IssuedTokenSerializer, 404: error("No user of that name (admins).")},
         summary="Issue a token (its secret is in this answer only)",
     )
     def post(self, request: Request) -> Response:

@@ -36,7 +36,11 @@ class UserListView(ApiView):
     @extend_schema(
         tags=TAGS,
         request=UserCreateSerializer,
-        responses={201: UserSerializer, 409: error("A user of that name exists.")},
+        responses={
+            201: UserSerializer,
+            409: error("A user of that name exists."),
+            422: error("The password is too weak (`weak_password`)."),
+        },
     )
     def post(self, request: Request) -> Response:
         body = UserCreateSerializer(data=request.data)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -21,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.base import ApiView
-from controlplane.api.schema import error
+from controlplane.api.schema import REF, error
 from controlplane.applications.selectors import application_get
 from controlplane.errors import InvalidRequest
 from controlplane.jobs.store import application_repository
@@ -86,10 +87,13 @@ def _timeout(request: Request) -> float:
     try:
         value = float(raw)
     except ValueError:
-        raise InvalidRequest("timeout must be seconds", fields={"timeout": ["a number"]}) from None
-    if value < 0:
-        raise InvalidRequest("timeout must be >= 0", fields={"timeout": [">= 0"]})
-    return min(value, MAX_TIMEOUT_S)
+        value = -1.0
+    if not math.isfinite(value) or not 0 <= value <= MAX_TIMEOUT_S:
+        raise InvalidRequest(
+            f"timeout must be seconds from 0 to {MAX_TIMEOUT_S:g}",
+            fields={"timeout": [f"a number from 0 to {MAX_TIMEOUT_S:g}"]},
+        )
+    return value
 
 
 def _answer(answer: StateAnswer) -> Response:
@@ -102,19 +106,35 @@ class StateView(ApiView):
         summary="State of a key, key group page or key range at a snapshot or epoch",
         parameters=[
             OpenApiParameter("key", str, description="Key value (repeat for several columns)."),
-            OpenApiParameter("key_type", str, description="str (default) or int."),
-            OpenApiParameter("key_group", int, description="A key group: a page of its keys."),
+            OpenApiParameter("key_type", str, enum=["str", "int"], description="Default str."),
+            OpenApiParameter(
+                "key_group",
+                {"type": "integer", "minimum": 0},  # type: ignore[arg-type]
+                description="A key group: a page of its keys.",
+            ),
             OpenApiParameter("key_from", str, description="Range start (inclusive)."),
             OpenApiParameter("key_to", str, description="Range end (exclusive)."),
-            OpenApiParameter("limit", int),
+            OpenApiParameter("limit", {"type": "integer", "minimum": 1}),  # type: ignore[arg-type]
             OpenApiParameter("cursor", str),
-            OpenApiParameter("snapshot", str, description="Any revision (id, branch, tag)."),
-            OpenApiParameter("branch", str, description="Branch (default main)."),
-            OpenApiParameter("epoch", int, description="A committed epoch of the branch."),
-            OpenApiParameter("timeout", float, description="Seconds to wait for the epoch."),
+            OpenApiParameter("snapshot", REF, description="Any revision (id, branch, tag)."),
+            OpenApiParameter("branch", REF, description="Branch (default main)."),
+            OpenApiParameter(
+                "epoch",
+                {"type": "integer", "minimum": 1},  # type: ignore[arg-type]
+                description="A committed epoch of the branch.",
+            ),
+            OpenApiParameter(
+                "timeout",
+                {"type": "number", "minimum": 0, "maximum": MAX_TIMEOUT_S},  # type: ignore[arg-type]
+                description=f"Seconds to wait for the epoch, 0..{MAX_TIMEOUT_S:g} (default 0).",
+            ),
             OpenApiParameter("as_of_application", str, description="The caller's application."),
-            OpenApiParameter("as_of_branch", str),
-            OpenApiParameter("as_of_epoch", int, description="The caller's epoch."),
+            OpenApiParameter("as_of_branch", REF),
+            OpenApiParameter(
+                "as_of_epoch",
+                {"type": "integer", "minimum": 1},  # type: ignore[arg-type]
+                description="The caller's epoch.",
+            ),
             OpenApiParameter("as_of_source", str, description="Its source name (upstream)."),
         ],
         responses={
@@ -172,11 +192,11 @@ class MappingView(ApiView):
     @extend_schema(
         tags=TAGS,
         summary="Downstream epoch -> upstream epochs and snapshots read (branch outputs)",
-        parameters=[OpenApiParameter("branch", str, description="Branch (default main).")],
+        parameters=[OpenApiParameter("branch", REF, description="Branch (default main).")],
         responses={200: dict, 400: error("Bad branch name."), 404: error("Unknown application.")},
     )
     def get(self, request: Request, name: str) -> Response:
-        branch = checked_branch(request.query_params.get("branch") or "main")
+        branch = checked_branch(request.query_params.get("branch", "main"))
         application = application_get(name=name)
         entries = epoch_mapping(application_repository(application), branch)
         return Response({"branch": branch, "results": [e.to_dict() for e in entries]})
