@@ -114,9 +114,10 @@ DROP FUNCTION IF EXISTS changes_job(), changes_run(), changes_operation(), chang
 """
 
 
-def _sqlite_trigger(name: str, event: str, table: str, *inserts: str) -> str:
+def _sqlite_trigger(name: str, event: str, table: str, *inserts: str, when: str = "") -> str:
     body = " ".join(f"INSERT INTO changes_change(key) {i};" for i in inserts)
-    return f"CREATE TRIGGER {name} AFTER {event} ON {table} BEGIN {body} END"
+    condition = f" WHEN {when}" if when else ""
+    return f"CREATE TRIGGER {name} AFTER {event} ON {table}{condition} BEGIN {body} END"
 
 
 _JOBS_ON_BRANCH = (
@@ -139,6 +140,12 @@ SQLITE = (
             "operations_operation",
             "VALUES ('operation:' || NEW.id)",
             "SELECT 'job:' || NEW.job_id WHERE NEW.job_id IS NOT NULL",
+            # like PostgreSQL's: a lease renewal or a context write is not a change
+            when=(
+                f"{_row(_OPERATION_FIELDS, 'OLD')} IS NOT {_row(_OPERATION_FIELDS, 'NEW')}"
+                if e == "update"
+                else ""
+            ),
         )
         for e in ("insert", "update")
     ]

@@ -3,7 +3,7 @@ Redis, PostgreSQL, real Spark runs of the example clickstream job) behind the li
 
 An admin logs in, starts the job and sees it commit epochs live, rescales 2→3 from the UI and
 sees the allocation chart change, rolls back to a snapshot picked in the lineage graph, forks
-a version from a snapshot, and finds all three in the lineage graph; a viewer sees no action
+a branch from a snapshot, and finds all three in the lineage graph; a viewer sees no action
 buttons. No page logs a console error and no request leaves localhost. Screenshots of each
 page go to var/artifacts/screenshots."""
 
@@ -173,17 +173,18 @@ def test_dashboard_drives_a_running_job(
         admin.follow("[data-testid=confirm]", url=OPERATION_PAGE)
         last_operation(admin, "rollback")
 
-        # fork a new version from that snapshot
+        # fork a new branch from that snapshot; an operator picks an existing version (the
+        # source job's by default), never code
         admin.go(f"/applications/clicks/lineage/?at={target}")
         admin.follow("[data-testid=snapshot-actions] >> text=Fork from here")
         page.fill("#id_branch", "experiment")
-        page.fill("#id_code_version", "2")
         page.fill("#id_reason", "try v2")
         admin.follow("[data-testid=confirm]")
         page.wait_for_selector("[data-testid=operation][data-state=succeeded]", timeout=SLOW)
         admin.screenshot("operation")
-        admin.follow("[data-testid=operation-result] >> text=v2")
-        assert "try v2" in page.inner_text("[data-testid=version]")
+        assert "experiment" in page.inner_text("[data-testid=operation-result]")
+        admin.follow("[data-testid=operation-result] >> text=v1")
+        page.wait_for_selector("[data-testid=version]")
         admin.screenshot("version")
 
         # the lineage graph shows the rescale, the rollback and the fork
