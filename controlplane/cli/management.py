@@ -19,6 +19,13 @@ def verb_command(name: str) -> type[BaseCommand]:
     class Command(BaseCommand):
         help = f"{verb.help} (the same as `epochal {verb.name}`)"
 
+        def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+            # A verb's own option wins over Django's of the same name (`fork --version N` is
+            # the version to run, not Django's version).
+            return super().create_parser(
+                prog_name, subcommand, conflict_handler="resolve", **kwargs
+            )
+
         def add_arguments(self, parser: CommandParser) -> None:
             add_verb_arguments(verb, parser)
 

@@ -239,7 +239,7 @@ def test_job_entry_point_stops_with_status_3_saying_what_was_lost(
     first = EpochRunner(spark, stream_job(), repo=Repository.open(store, "lost")).run_epoch()
     assert first is not None and first.records_in == 400
     redis_client.xtrim(a, maxlen=100, approximate=False)  # 400 read and 500 unread entries go
-    run = run_job(store=store, namespace="lost", data="", job="tests.engine.jobs:stream_job",
+    run = run_job(store=store, namespace="lost", data="", job="stream-job",
                   extra_env={STREAM_ENV: spec})  # fmt: skip
     assert run.returncode == 3, run.events
     last = run.events[-1]

@@ -21,7 +21,7 @@ from controlplane.errors import InvalidRequest
 
 def _moment(request: Request, name: str) -> datetime | None:
     raw = request.query_params.get(name)
-    if not raw:
+    if raw is None:  # absent; an empty value is not a date (400, as the schema says)
         return None
     try:
         value = parse_datetime(raw)
