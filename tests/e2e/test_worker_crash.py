@@ -129,6 +129,10 @@ def test_fork_survives_a_worker_killed_in_each_phase(running_job: ControlPlane) 
             source,
             "--branch",
             branch,
+            "--new-job",  # as an admin: a new version, so create_version runs too
+            "clickstream",
+            "--code-version",
+            f"crash-{phase}",
             "--start",
         )
         _, head = plane.head(branch)
