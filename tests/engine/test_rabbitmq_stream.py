@@ -10,10 +10,9 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import pandas as pd
 import pytest
 
-from runners.engine import EpochRunner, Job, read_dead_letters, read_output
+from runners.engine import EpochRunner, Job, read_dead_letters
 from runners.engine import aggregations as agg
 from runners.engine.rabbitmq_stream import (
     RabbitMQStreamSource,
@@ -24,6 +23,9 @@ from runners.engine.rabbitmq_stream import (
 from runners.engine.state_ops import new_branch_commit
 from runners.engine.streams import SourceDataLostError
 from snapshots_store import Repository
+from tests.engine.stream_totals import expected as _expected
+from tests.engine.stream_totals import records as _records
+from tests.engine.stream_totals import totals as _totals
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 SCHEMA = {"key": "string", "value": "int64"}
@@ -45,10 +47,6 @@ def _new(url: str, names: list[str], n: int, **arguments: Any) -> list[str]:
     return new
 
 
-def _records(n: int, first: int = 0) -> list[dict[str, Any]]:
-    return [{"key": f"k{i % 7}", "value": i} for i in range(first, first + n)]
-
-
 def _job(source: RabbitMQStreamSource) -> Job:
     return Job(name="rabbitmq", source=source, key="key",
                aggregate=[agg.count(), agg.sum("value")], time_mode="logical")  # fmt: skip
@@ -56,17 +54,6 @@ def _job(source: RabbitMQStreamSource) -> Job:
 
 def _source(url: str, streams: list[str], **kw: Any) -> RabbitMQStreamSource:
     return RabbitMQStreamSource(url, streams, SCHEMA, required=("key",), **kw)
-
-
-def _totals(repo: Repository, branch: str = "main") -> dict[str, tuple[int, int]]:
-    frame = read_output(repo, branch).to_pandas()
-    last = frame.sort_values("_epoch").groupby("key").last()
-    return {k: (int(r["count"]), int(r["sum_value"])) for k, r in last.iterrows()}
-
-
-def _expected(records: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
-    frame = pd.DataFrame(records).groupby("key")["value"].agg(["count", "sum"])
-    return {k: (int(r["count"]), int(r["sum"])) for k, r in frame.iterrows()}
 
 
 def test_options_are_checked() -> None:

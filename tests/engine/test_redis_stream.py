@@ -8,15 +8,17 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import pandas as pd
 import pytest
 
-from runners.engine import EpochRunner, Job, read_dead_letters, read_output
+from runners.engine import EpochRunner, Job, read_dead_letters
 from runners.engine import aggregations as agg
 from runners.engine.redis_stream import COUNT_SUFFIX, RedisStreamSource, decode_id, encode_id
 from runners.engine.state_ops import new_branch_commit
 from runners.engine.streams import SourceDataLostError
 from snapshots_store import Repository
+from tests.engine.stream_totals import expected as _expected
+from tests.engine.stream_totals import records as _records
+from tests.engine.stream_totals import totals as _totals
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 SCHEMA = {"key": "string", "value": "int64"}
@@ -44,10 +46,6 @@ def _publish(client: Any, stream: str, records: list[dict[str, Any]], **kw: Any)
     return [client.xadd(stream, {"data": json.dumps(r)}, **kw) for r in records]
 
 
-def _records(n: int, first: int = 0) -> list[dict[str, Any]]:
-    return [{"key": f"k{i % 7}", "value": i} for i in range(first, first + n)]
-
-
 def _job(source: RedisStreamSource) -> Job:
     return Job(name="redis", source=source, key="key",
                aggregate=[agg.count(), agg.sum("value")], time_mode="logical")  # fmt: skip
@@ -55,17 +53,6 @@ def _job(source: RedisStreamSource) -> Job:
 
 def _source(url: str, streams: list[str], **kw: Any) -> RedisStreamSource:
     return RedisStreamSource(url, streams, SCHEMA, required=("key",), **kw)
-
-
-def _totals(repo: Repository, branch: str = "main") -> dict[str, tuple[int, int]]:
-    frame = read_output(repo, branch).to_pandas()
-    last = frame.sort_values("_epoch").groupby("key").last()
-    return {k: (int(r["count"]), int(r["sum_value"])) for k, r in last.iterrows()}
-
-
-def _expected(records: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
-    frame = pd.DataFrame(records).groupby("key")["value"].agg(["count", "sum"])
-    return {k: (int(r["count"]), int(r["sum"])) for k, r in frame.iterrows()}
 
 
 def test_entry_ids_map_to_ordered_offsets() -> None:
