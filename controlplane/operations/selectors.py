@@ -7,15 +7,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import FilteredRelation, OuterRef, Q, QuerySet, Subquery
+from django.db.models import QuerySet
 
 from controlplane.changes.keys import operation_key
 from controlplane.changes.models import Change
 from controlplane.changes.selectors import revision_subquery
 from controlplane.errors import NotFound
-from controlplane.jobs.models import Job, Run
+from controlplane.jobs.models import Job, JobSummary
 from controlplane.jobs.selectors import job_not_found
-from controlplane.lineage.models import Branch, Snapshot
+from controlplane.lineage.models import Snapshot
 from controlplane.lineage.selectors import SnapshotSummary, summary_columns, summary_of_row
 from controlplane.operations.models import ACTIVE_STATES, Operation
 
@@ -74,27 +74,25 @@ def operation_for_idempotency_key(*, user: Any, idempotency_key: str) -> Operati
 
 def job_overview(*, name: str) -> Job:
     """Job `name` in one query with its application, version, newest run (`latest_run`,
-    None before the first) and active operation (`active_operation`)."""
-    newest_run = Run.objects.filter(job=OuterRef("pk")).order_by("-created_at", "-id")
+    None before the first) and active operation (`active_operation`): both read from the
+    job's summary row (`JobSummary`, kept current by the writers), not searched for."""
     found = (
-        Job.objects.select_related("application", "version")
-        .annotate(
-            active_operation=FilteredRelation(
-                "operations", condition=Q(operations__state__in=ACTIVE_STATES)
-            ),
-            latest_run=FilteredRelation(
-                "runs", condition=Q(runs__id=Subquery(newest_run.values("id")[:1]))
-            ),
+        Job.objects.select_related(
+            "application",
+            "version",
+            "summary__latest_run",
+            "summary__active_operation",
+            "summary__active_operation__requested_by",
         )
-        .select_related("active_operation", "active_operation__requested_by", "latest_run")
         .filter(name=name)
         .first()
     )
     if found is None:
         raise job_not_found(name)
-    # A filtered relation that matched no row leaves no attribute: make both always present.
-    found.latest_run = getattr(found, "latest_run", None)  # type: ignore[attr-defined]
-    operation = found.active_operation = getattr(found, "active_operation", None)  # type: ignore[attr-defined]
+    summary = getattr(found, "summary", None)
+    found.latest_run = None if summary is None else summary.latest_run  # type: ignore[attr-defined]
+    operation = None if summary is None else summary.active_operation
+    found.active_operation = operation  # type: ignore[attr-defined]
     if operation is not None:  # the operation's own links, without asking again
         operation.application = found.application
         operation.job = found
@@ -118,9 +116,8 @@ def job_mark(*, name: str) -> JobMark:
         f"SELECT j.id, (SELECT MAX(c.id) FROM {Change._meta.db_table} c "
         f"WHERE c.key = %s || j.id), {summary_columns('s')} "
         f"FROM {Job._meta.db_table} j "
-        f"LEFT JOIN {Branch._meta.db_table} b "
-        "ON b.application_id = j.application_id AND b.name = j.branch "
-        f"LEFT JOIN {Snapshot._meta.db_table} s ON s.id = b.head_id "
+        f"LEFT JOIN {JobSummary._meta.db_table} m ON m.job_id = j.id "
+        f"LEFT JOIN {Snapshot._meta.db_table} s ON s.id = m.head_id "
         "WHERE j.name = %s"
     )
     with connection.cursor() as cursor:
@@ -129,3 +126,34 @@ def job_mark(*, name: str) -> JobMark:
     if row is None:
         raise job_not_found(name)
     return JobMark(int(row[0]), int(row[1] or 0), summary_of_row(row[2:]))
+
+
+OVERVIEW_KEYS = ("job:*", "operation:*")
+"""What the overview shows changes with any job or operation (`wait_for_change` kinds)."""
+
+
+def overview_revision(*, operations: int = 8) -> int:
+    """A revision of the overview (every job, the newest `operations` operations): the
+    newest change among them, moved also by a job's removal (the count). Plain statements,
+    one index probe per job and per operation."""
+    job_table, change_table = Job._meta.db_table, Change._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*), COALESCE(MAX(r), 0) FROM (SELECT (SELECT MAX(c.id) FROM "
+            f"{change_table} c WHERE c.key = %s || j.id) AS r FROM {job_table} j) t",
+            ["job:"],
+        )
+        jobs, newest = cursor.fetchone()
+    keys = [
+        operation_key(pk)
+        for pk in Operation.objects.order_by("-created_at").values_list("pk", flat=True)[
+            :operations
+        ]
+    ]
+    if keys:
+        with connection.cursor() as cursor:
+            marks = ", ".join(["%s"] * len(keys))
+            cursor.execute(f"SELECT MAX(id) FROM {change_table} WHERE key IN ({marks})", keys)
+            newest = max(int(newest), int(cursor.fetchone()[0] or 0))
+    # a removed job lowers the count; the count is folded in so the revision still moves
+    return int(newest) * 100_003 + int(jobs)
