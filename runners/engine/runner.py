@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from runners.engine import routing as routes
 from runners.engine.crash import crash_spec, maybe_crash
 from runners.engine.hotswap import HOLD as SWAP_HOLD
 from runners.engine.hotswap import SWAP, partner_reader, swap_gate
@@ -101,8 +102,7 @@ class EpochRunner:
         self.notify = notify
         self.poll_interval_s = poll_interval_s
         self.compaction_ratio = compaction_ratio
-        if routing not in ("auto", "scan", "shuffle"):
-            raise ValueError(f"routing must be auto, scan or shuffle, not {routing!r}")
+        routes.choose(routing, 1, 1, scan_max_parallelism)  # a bad name fails here, not mid-run
         self.routing = routing
         self.scan_max_parallelism = scan_max_parallelism
         self.store_url, self.namespace = _store_location(repo)
@@ -187,16 +187,19 @@ class EpochRunner:
             driver_pid=os.getpid(),
             compaction_ratio=self.compaction_ratio,
         )
+        route, pieces = self._route(plan, splits)
+        tasks_started = time.perf_counter()
         try:
             self._in_tasks = True
             if self.interrupted is None:
-                results = self._run_tasks(plan, splits)
+                results = self._run_tasks(plan, splits, route, pieces)
         except Exception:
             if self.interrupted is None:
                 raise
             log.info("epoch %d: Spark job ended after %s", epoch, self.interrupted, exc_info=True)
         finally:
             self._in_tasks = False
+        tasks_wall_s = time.perf_counter() - tasks_started
         if self.interrupted is not None:
             # Never start a commit after an interrupt: the epoch is abandoned, its objects
             # (if any were written) stay unreferenced, and a restart replans it.
@@ -231,6 +234,9 @@ class EpochRunner:
             # busy time per task (the autoscaler's true processing rate: records / busy_s)
             "busy_s": round(sum(r.busy_s for r in results), 6),
             "busy_max_s": round(max(r.busy_s for r in results), 6),
+            # the Spark job's wall time (tasks, scheduling, exchange); the rest of process_s is
+            # the driver's own work before and after it
+            "tasks_wall_s": round(tasks_wall_s, 6),
         }
         for hook in ("backlog", "backlog_records"):  # optional source hooks
             value = _backlog(source, offsets[source.name], hook)
@@ -258,6 +264,7 @@ class EpochRunner:
             extra={
                 "job": self.job.name,
                 "key": list(self.job.key_columns),
+                "routing": route,
                 "control": _applied(control, p),
                 **_inputs(source, committed, splits),
                 **({} if gate.record is None else {SWAP: gate.record}),
@@ -298,39 +305,58 @@ class EpochRunner:
         self._notify(result)
         return result
 
-    def _run_tasks(self, plan: TaskPlan, splits: list[Split]) -> list[ReduceResult]:
+    def _route(self, plan: TaskPlan, splits: list[Split]) -> tuple[str, list[routes.Piece]]:
+        """The epoch's routing (routing.py) and, for the split routing, its read pieces."""
+        p = plan.parallelism
+        if self.routing in ("scan", "shuffle") or (self.routing == "auto" and p == 1):
+            return routes.choose(self.routing, p, len(splits), self.scan_max_parallelism), []
+        pieces = routes.pieces(self.job.source, splits, p)
+        route = routes.choose(self.routing, p, len(pieces), self.scan_max_parallelism)
+        return route, pieces if route == "split" else []
+
+    def _run_tasks(
+        self, plan: TaskPlan, splits: list[Split], route: str, pieces: list[routes.Piece]
+    ) -> list[ReduceResult]:
         sc = self.spark.sparkContext
         p = plan.parallelism
+        split = route == "split"
 
         def mapper(item: tuple[int, Split]) -> Any:
             return map_split(plan, item[0], item[1])
 
+        def piece_mapper(piece: routes.Piece) -> Any:
+            return map_split(
+                plan,
+                piece.split_index,
+                piece.split,
+                part=piece.part,
+                first_row=piece.first_row,
+                partial=False,
+            )
+
         def reducer(index: int, shares: Any) -> Any:
-            return reduce_partition(plan, index, shares)
+            return reduce_partition(plan, index, shares, partial=not split)
 
         def by_task(task: int) -> int:
             return task
 
         results: list[ReduceResult]
-        if self._scan(plan):
+        if route == "scan":
 
             def scanner(index: int, _: Any) -> Any:
                 return scan_partition(plan, index, splits)
 
             results = sc.parallelize(range(p), p).mapPartitionsWithIndex(scanner).collect()
         else:
-            shares: Any = sc.parallelize(list(enumerate(splits)), len(splits)).flatMap(mapper)
+            if split:
+                shares: Any = sc.parallelize(pieces, len(pieces)).flatMap(piece_mapper)
+            else:
+                shares = sc.parallelize(list(enumerate(splits)), len(splits)).flatMap(mapper)
             routed = shares.partitionBy(p, by_task)
             results = routed.mapPartitionsWithIndex(reducer).collect()
         if len(results) != p:
             raise EngineError(f"expected {p} reducer reports, got {len(results)}")
         return results
-
-    def _scan(self, plan: TaskPlan) -> bool:
-        """Route by scanning (each task reads the whole epoch) or by a shuffle of partials."""
-        if self.routing == "auto":
-            return plan.parallelism <= self.scan_max_parallelism
-        return self.routing == "scan"
 
     def _notify(self, result: EpochResult) -> None:
         """Best effort: tell the control plane in the background; never wait, never fail."""

@@ -79,6 +79,8 @@ class MapShare:
 
     split_index: int
     payload: bytes
+    #: the piece of the split (split routing; 0 otherwise): shares sort by (split, part)
+    part: int = 0
     records_in: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
     map_s: float = 0.0
@@ -180,13 +182,24 @@ def _codes(rows: pa.Table, groups: pa.Table, key_columns: Sequence[str]) -> np.n
     return np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _with_seq(table: pa.Table, split_index: int) -> pa.Table:
-    seq = (np.int64(split_index) << np.int64(40)) + np.arange(table.num_rows, dtype=np.int64)
+def _with_seq(table: pa.Table, split_index: int, first_row: int = 0) -> pa.Table:
+    rows = np.arange(first_row, first_row + table.num_rows, dtype=np.int64)
+    seq = (np.int64(split_index) << np.int64(40)) + rows
     return table.append_column(SEQ, pa.array(seq))
 
 
-def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[int, MapShare]]:
-    """Read one split, route records to key groups, and hand each reducer its share."""
+def map_split(
+    plan: TaskPlan,
+    split_index: int,
+    split: Split,
+    *,
+    part: int = 0,
+    first_row: int = 0,
+    partial: bool = True,
+) -> Iterator[tuple[int, MapShare]]:
+    """Read one split (or one piece of it: rows from `first_row` of split `split_index`),
+    route records to key groups, and hand each reducer its share: per-key partial aggregates
+    (`partial`, the shuffle routing) or the rows themselves (the split routing)."""
     started = time.perf_counter()
     job = plan.job
     data = job.source.read(split)
@@ -196,9 +209,9 @@ def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[
     if job.aggregate is not None:
         table = table.select(job.input_columns)
     groups = key_groups([table.column(c) for c in job.key_columns], plan.max_parallelism)
-    table = _with_seq(table, split_index)
+    table = _with_seq(table, split_index, first_row)
     table = table.append_column(KG, pa.array(groups, type=pa.int32()))
-    if job.aggregate is not None:
+    if job.aggregate is not None and partial:
         table = _partial(job, table)
         groups = table.column(KG).to_numpy()
     owner = owners(np.asarray(groups), plan.parallelism, plan.max_parallelism)
@@ -207,15 +220,19 @@ def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[
     counts = np.bincount(owner, minlength=plan.parallelism)
     home = split_index % plan.parallelism
     start = 0
+    shares: list[tuple[int, MapShare]] = []
     for task in range(plan.parallelism):
         n = int(counts[task])
         if n or task == home:
-            share = MapShare(split_index, chunks.encode_table(table.slice(start, n)))
-            share.map_s = time.perf_counter() - started
+            share = MapShare(split_index, chunks.encode_table(table.slice(start, n)), part)
             if task == home:
                 share.records_in, share.dead_letters = records_in, dead
-            yield task, share
+            shares.append((task, share))
         start += n
+    map_s = time.perf_counter() - started
+    for task, share in shares:
+        share.map_s = map_s
+        yield task, share
 
 
 # -- reduce ------------------------------------------------------------------------------
@@ -450,18 +467,23 @@ def _reduce_process(
 
 
 def reduce_partition(
-    plan: TaskPlan, task: int, shares: Iterable[tuple[int, MapShare]]
+    plan: TaskPlan, task: int, shares: Iterable[tuple[int, MapShare]], *, partial: bool = True
 ) -> Iterator[ReduceResult]:
-    """Merge this task's partials with its key groups' state at the parent; write chunks and
-    outputs; report the new chains. Runs once per task (key-group range)."""
+    """Merge this task's partials (`partial`) or rows with its key groups' state at the parent;
+    write chunks and outputs; report the new chains. Runs once per task (key-group range).
+
+    Rows (the split routing) are concatenated in input order and aggregated here, exactly as a
+    scan task aggregates the rows it kept, so both routings write the same bytes."""
     started = time.perf_counter()
-    received = sorted((s for _, s in shares), key=lambda s: s.split_index)
+    received = sorted((s for _, s in shares), key=lambda s: (s.split_index, s.part))
     tables = [chunks.decode_table(s.payload) for s in received]
     tables = [t for t in tables if t.num_rows]
     merged = None
     if tables:
         merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        if plan.job.aggregate is not None and len(tables) > 1:
+        if plan.job.aggregate is not None and not partial:
+            merged = _partial(plan.job, merged)
+        elif plan.job.aggregate is not None and len(tables) > 1:
             merged = _combine(plan.job, merged)
     records_in = sum(s.records_in for s in received)
     dead: list[DeadLetter] = [d for s in received for d in s.dead_letters]
