@@ -14,8 +14,9 @@ import json
 import os
 import tempfile
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -238,9 +239,24 @@ def load_key_group(
         if prefix is not None:
             start, table, sizes = cut, prefix.table, prefix.sizes
             break
+    entry = _materialise(chain, start, table, sizes, repo.read_chunks(chain[start:]), key_columns)
+    if use_cache:
+        cache_put(entry)
+    return entry
+
+
+def _materialise(
+    chain: tuple[str, ...],
+    start: int,
+    table: pa.Table | None,
+    sizes: tuple[int, ...],
+    payloads: Sequence[bytes],
+    key_columns: Sequence[str],
+) -> KeyGroupState:
+    """The state of `chain` from the state of its first `start` chunks and the payloads of
+    the rest."""
     size_list = list(sizes)
-    for chunk_id in chain[start:]:
-        payload = repo.get_object(chunk_id)
+    for payload in payloads:
         size_list.append(len(payload))
         chunk = decode_table(payload)
         if table is None:
@@ -248,10 +264,60 @@ def load_key_group(
         else:
             table = apply_delta(table, chunk, key_columns)
     assert table is not None
-    entry = KeyGroupState(chain, table, tuple(size_list))
-    if use_cache:
-        cache_put(entry)
-    return entry
+    return KeyGroupState(chain, table, tuple(size_list))
+
+
+@dataclass
+class Restore:
+    """What `load_key_groups` read from the store: payload bytes and wall-clock span."""
+
+    bytes_read: int = 0
+    started: float = 0.0
+    ended: float = 0.0
+
+
+def load_key_groups(
+    repo: Repository, chains: Mapping[int, Sequence[str]], key_columns: Sequence[str]
+) -> tuple[dict[int, KeyGroupState], Restore]:
+    """Materialised state of many key groups (a task's range): cached chains from the cache,
+    every other chunk in one `Repository.read_chunks` call, so the members of each pack are
+    read in long sequential ranges, several at once. Materialised chains are cached in this
+    worker's memory only (the epoch writes the changed ones through `cache_put`)."""
+    states: dict[int, KeyGroupState] = {}
+    todo: list[tuple[int, tuple[str, ...], int, pa.Table | None, tuple[int, ...]]] = []
+    for kg, raw in chains.items():
+        chain = tuple(raw)
+        cached = cache_get(chain)
+        if cached is not None:
+            states[kg] = cached
+            continue
+        start: int = 0
+        table: pa.Table | None = None
+        sizes: tuple[int, ...] = ()
+        for cut in range(len(chain) - 1, 0, -1):
+            prefix = cache_get(chain[:cut])
+            if prefix is not None:
+                start, table, sizes = cut, prefix.table, prefix.sizes
+                break
+        todo.append((kg, chain, start, table, sizes))
+    restore = Restore()
+    if not todo:
+        return states, restore
+    restore.started = time.time()
+    refs = [ref for _, chain, start, _, _ in todo for ref in chain[start:]]
+    payloads = repo.read_chunks(refs)
+    restore.bytes_read = sum(len(p) for p in payloads)
+    position = 0
+    for kg, chain, start, table, sizes in todo:
+        count = len(chain) - start
+        entry = _materialise(
+            chain, start, table, sizes, payloads[position : position + count], key_columns
+        )
+        position += count
+        cache_put(entry, disk=False)
+        states[kg] = entry
+    restore.ended = time.time()
+    return states, restore
 
 
 def empty_state(schema: pa.Schema) -> KeyGroupState:

@@ -51,7 +51,7 @@ def _resolve_refs(repo: Repository, payload: bytes) -> pa.Table:
         raise ValueError(f"unknown output document kind {doc.get('kind')!r}")
     parts = []
     for chunk_id, start, length in doc["refs"]:
-        chunk = decode_table(repo.get_object(chunk_id)).slice(start, length)
+        chunk = decode_table(repo.read_chunk(chunk_id)).slice(start, length)
         internal = [c for c in chunk.column_names if c.startswith("_")]
         parts.append(chunk.drop_columns(internal))
     return pa.concat_tables(parts)

@@ -238,6 +238,13 @@ class EpochRunner:
             # the driver's own work before and after it
             "tasks_wall_s": round(tasks_wall_s, 6),
         }
+        restored = [r for r in results if r.restore_bytes]
+        if restored:  # state read from the store (cold caches: a restart, a rescale)
+            stats["restore_bytes"] = sum(r.restore_bytes for r in restored)
+            stats["restore_span_s"] = round(
+                max(r.restore_ended for r in restored) - min(r.restore_started for r in restored),
+                6,
+            )
         for hook in ("backlog", "backlog_records"):  # optional source hooks
             value = _backlog(source, offsets[source.name], hook)
             if value is not None:

@@ -24,6 +24,7 @@ from runners.engine.job import Job
 from runners.engine.sources import DeadLetter, Split
 from runners.engine.state import EpochContext, KeyedState, epoch_seed
 from snapshots_store import Repository
+from snapshots_store.packs import PACK_BYTES
 
 KG = "_kg"
 SEQ = "_seq"  # (split index << 40) + row: a record's position in the epoch's input
@@ -103,6 +104,11 @@ class ReduceResult:
     cache_misses: int
     map_s: float = 0.0
     reduce_s: float = 0.0
+    #: chunk payload bytes this task read from the store (a cold start, a rescale) and the
+    #: wall-clock time.time() span of that read
+    restore_bytes: int = 0
+    restore_started: float = 0.0
+    restore_ended: float = 0.0
     #: seconds this task's work kept a core busy: the reduce (a scan task: reading its whole
     #: share too) plus, after a shuffle, the map time of the splits homed on this task
     busy_s: float = 0.0
@@ -309,8 +315,21 @@ def _output_payload(table: pa.Table, kind: str) -> bytes:
     return chunks.encode_table(table.replace_schema_metadata(meta))
 
 
+@dataclass
+class _Pending:
+    """A key group's new chunk, written with the next pack."""
+
+    old: chunks.KeyGroupState
+    new_state: pa.Table
+    payload: bytes
+    is_delta: bool
+    first_row: int
+    rows: int
+
+
 class _Writer:
-    """Writes a reducer's chunks, tracking bytes and the new chains."""
+    """Writes a reducer's chunks as packs (`Repository.put_chunks`: one durable write per
+    `PACK_BYTES` of chunks, not one per key group), tracking bytes and the new chains."""
 
     def __init__(self, plan: TaskPlan) -> None:
         self.plan = plan
@@ -319,39 +338,59 @@ class _Writer:
         self.changed_state_bytes = 0
         self.chunks_written = 0
         self.chains: dict[int, tuple[str, ...]] = {}
+        #: (chunk ref, first row, rows) of each key group's changed rows, in key-group order
+        self.output_refs: list[tuple[str, int, int]] = []
+        self.restore = chunks.Restore()
+        self.states: dict[int, chunks.KeyGroupState] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._pending_bytes = 0
+
+    def load(self, kgs: Iterable[int], key_columns: Sequence[str]) -> None:
+        """Read the state of the key groups this task will change, all at once."""
+        chains = {kg: self.plan.key_groups[kg] for kg in kgs if self.plan.key_groups.get(kg)}
+        self.states, self.restore = chunks.load_key_groups(self.repo, chains, key_columns)
+
+    def state(self, kg: int) -> chunks.KeyGroupState | None:
+        return self.states.get(kg)
 
     def key_group(
         self, kg: int, old: chunks.KeyGroupState, new_state: pa.Table, delta: pa.Table
-    ) -> tuple[str, int, int]:
-        """Store a key group's new state: one delta chunk, or a new base when deltas outgrow it.
-
-        Returns (chunk id, first row, rows) of the changed rows: the whole delta, or the tail
-        of the new base (a base is the kept rows followed by the changed ones)."""
+    ) -> None:
+        """Queue a key group's new state: one delta chunk, or a new base when deltas outgrow
+        it. The changed rows are the whole delta, or the tail of the new base (a base is the
+        kept rows followed by the changed ones)."""
         delta_payload = chunks.encode_table(delta)
         self.changed_state_bytes += len(delta_payload)
         deltas_bytes = sum(old.sizes[1:]) + len(delta_payload)
         if old.chain and deltas_bytes <= old.sizes[0] * self.plan.compaction_ratio:
-            chunk_id = self.repo.put_object("chunk", delta_payload)
-            chain, sizes = (*old.chain, chunk_id), (*old.sizes, len(delta_payload))
-            self.bytes_written += len(delta_payload)
+            pending = _Pending(old, new_state, delta_payload, True, 0, delta.num_rows)
         else:
             base_payload = chunks.encode_table(chunks.with_deleted(new_state))
-            chunk_id = self.repo.put_object("chunk", base_payload)
-            chain, sizes = (chunk_id,), (len(base_payload),)
-            self.bytes_written += len(base_payload)
-        self.chunks_written += 1
-        self.chains[kg] = chain
-        chunks.cache_put(chunks.KeyGroupState(chain, new_state, sizes))
-        if len(chain) > 1:
-            return chunk_id, 0, delta.num_rows
-        return chunk_id, new_state.num_rows - delta.num_rows, delta.num_rows
+            first = new_state.num_rows - delta.num_rows
+            pending = _Pending(old, new_state, base_payload, False, first, delta.num_rows)
+        self._pending[kg] = pending
+        self._pending_bytes += len(pending.payload)
+        if self._pending_bytes >= PACK_BYTES:
+            self.flush()
 
-
-def _load(plan: TaskPlan, kg: int, key_columns: Sequence[str]) -> chunks.KeyGroupState | None:
-    chain = plan.key_groups.get(kg)
-    if not chain:
-        return None
-    return chunks.load_key_group(plan.repo(), chain, key_columns, None)
+    def flush(self) -> None:
+        """Write the queued chunks (packs of at most `PACK_BYTES`) and record their chains."""
+        if not self._pending:
+            return
+        refs = self.repo.put_chunks({kg: p.payload for kg, p in self._pending.items()})
+        for kg, p in self._pending.items():
+            ref = refs[kg]
+            if p.is_delta:
+                chain, sizes = (*p.old.chain, ref), (*p.old.sizes, len(p.payload))
+            else:
+                chain, sizes = (ref,), (len(p.payload),)
+            self.bytes_written += len(p.payload)
+            self.chunks_written += 1
+            self.chains[kg] = chain
+            chunks.cache_put(chunks.KeyGroupState(chain, p.new_state, sizes))
+            self.output_refs.append((ref, p.first_row, p.rows))
+        self._pending.clear()
+        self._pending_bytes = 0
 
 
 def _reduce_aggregate(
@@ -360,10 +399,10 @@ def _reduce_aggregate(
     job = plan.job
     keys = list(job.key_columns)
     table, slices = _kg_slices(partial)
-    refs = []
+    writer.load((kg for kg, _, _ in slices), keys)
     for kg, start, length in slices:
         part = table.slice(start, length)
-        old = _load(plan, kg, keys)
+        old = writer.state(kg)
         if old is None or old.table.num_rows == 0:
             new_state = part
             old = chunks.empty_state(part.schema)
@@ -391,8 +430,9 @@ def _reduce_aggregate(
                 pa.concat_tables([kept, changed.cast(kept.schema)]) if kept.num_rows else changed
             )
             delta = chunks.with_deleted(changed)
-        refs.append(writer.key_group(kg, old, new_state, delta))
-    return refs
+        writer.key_group(kg, old, new_state, delta)
+    writer.flush()
+    return writer.output_refs
 
 
 def _reduce_process(
@@ -403,6 +443,7 @@ def _reduce_process(
     assert job.process is not None
     keys = list(job.key_columns)
     table, slices = _kg_slices(records)
+    writer.load((kg for kg, _, _ in slices), keys)
     rows = table.to_pylist()
     out_rows: list[dict[str, Any]] = []
     state_schema = None
@@ -417,7 +458,7 @@ def _reduce_process(
         by_key: dict[int, list[int]] = {}
         for i, code in enumerate(codes.tolist()):
             by_key.setdefault(code, []).append(i)
-        old = _load(plan, kg, keys)
+        old = writer.state(kg)
         key_table = part.take(pa.array(first)).select(keys)
         if state_schema is None:
             state_schema = pa.schema(
@@ -461,6 +502,7 @@ def _reduce_process(
         flags = np.array(deleted, dtype=bool)
         new_state = chunks.apply_delta(old.table, chunks.with_deleted(delta, flags), keys)
         writer.key_group(kg, old, new_state, chunks.with_deleted(delta, flags))
+    writer.flush()
     if not out_rows:
         return []
     return [pa.Table.from_pylist(out_rows)]
@@ -584,6 +626,9 @@ def _reduce(
         cache_misses=chunks.stats["misses"] - misses0,
         map_s=map_s,
         reduce_s=time.perf_counter() - started,
+        restore_bytes=writer.restore.bytes_read,
+        restore_started=writer.restore.started,
+        restore_ended=writer.restore.ended,
     )
 
 
