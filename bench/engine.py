@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from bench import checksum as ck
 from bench.datagen import ROW_GROUP_ROWS, EpochSet
 from bench.driver_model import driver_point, fit_driver_model
+from bench.engine_job import aggregate_job
 from bench.timing import PeakRss, VariantResult, log, percentile, tree_cpu_s, tree_rss_mb
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ PARTS = (
     "live_rescale",
     "recovery",
     "limit",
+    "restore",
+    "large_state",
 )
 DRIVER_MEMORY = "4g"  # every variant's driver, the engine's and the peers' (one session)
 PARALLELISM = 2
@@ -92,6 +95,10 @@ REQUIRED_KEYS = (
     "recovery_s",
     "recovery_ratio",
     "driver_model",
+    "restore_mb_s",
+    "disk_read_mb_s",
+    "restore_ratio",
+    "large_state",
 )
 
 
@@ -182,18 +189,11 @@ def running_aggregate(key: Any, records: list[dict[str, Any]], state: Any, ctx: 
 
 def _engine_job(name: str, epochs: EpochSet, python: bool) -> Any:
     from runners.engine import Job, sources
-    from runners.engine import aggregations as agg
 
+    if not python:
+        return aggregate_job(name, epochs.directory)
     source = sources.ParquetDirectory(str(epochs.directory), max_files_per_epoch=1)
-    if python:
-        return Job(name=name, source=source, key="key", process=running_aggregate, code_version="1")
-    return Job(
-        name=name,
-        source=source,
-        key="key",
-        aggregate=[agg.count(), agg.sum("value"), agg.max("value")],
-        code_version="1",
-    )
+    return Job(name=name, source=source, key="key", process=running_aggregate, code_version="1")
 
 
 def _store_object_bytes(store_url: str, namespace: str) -> int | None:
@@ -359,6 +359,8 @@ PART_VARIANTS = {
     "live_rescale": ("engine",),
     "recovery": ("engine",),
     "limit": ("engine",),
+    "restore": ("engine",),
+    "large_state": ("spark_builtin", "stateless", "engine"),
 }
 
 
@@ -382,6 +384,8 @@ class Bench:
         self.problems: list[str] = []
         self.results: dict[str, VariantResult] = {}
         self.extra: dict[str, Any] = {}  # figures of the engine-only parts
+        self.quick = False  # tiny sizes for the parts sized in their own modules
+        self.size_overrides: dict[str, int | None] = {}  # their --restore-… / --large-… flags
         self.datasets: dict[tuple[str, str], EpochSet] = {}
 
     def namespace(self, name: str) -> str:
@@ -613,6 +617,37 @@ class Bench:
         self.results[result.name] = result
         log(result.summary())
         self.check(result, ck.reference_running(data), "reference")
+
+    def restore(self) -> None:
+        """A restart-rescale's restore rate vs the disk's bandwidth (bench/engine_restore.py)."""
+        from bench import engine_restore as part
+
+        sizes = part.QUICK_SIZES if self.quick else part.DEFAULT_SIZES
+        sizes = _overridden(sizes, self.size_overrides, "restore_")
+        figures = part.measure(
+            self.spark, self.work, self.store_url, self.namespace("restore"), sizes
+        )
+        self.problems.extend(figures.pop("restore_problems", []))
+        self.extra.update(figures)
+
+    def large_state(self) -> None:
+        """10M keys at M = 32,768 against the fair peers (bench/engine_large_state.py)."""
+        from bench import engine_large_state as part
+
+        sizes = part.QUICK_SIZES if self.quick else part.DEFAULT_SIZES
+        self.extra.update(part.measure(self, _overridden(sizes, self.size_overrides, "large_")))
+
+
+def _overridden(sizes: Any, overrides: dict[str, int | None], prefix: str) -> Any:
+    """A part's sizes dataclass with the given `--<prefix>field` flags applied."""
+    import dataclasses
+
+    changes = {
+        f.name: overrides[prefix + f.name]
+        for f in dataclasses.fields(sizes)
+        if overrides.get(prefix + f.name) is not None
+    }
+    return dataclasses.replace(sizes, **changes)
 
 
 def recovery_job(directory: str) -> Any:
@@ -868,6 +903,10 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
         "live_rescale_gap_ratio",
         "recovery_s",
         "recovery_ratio",
+        "restore_mb_s",
+        "disk_read_mb_s",
+        "restore_ratio",
+        "large_state",
     ):
         report[key] = None  # a part not selected: its figures stay null
     report["driver_model"] = None
@@ -943,6 +982,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--incremental-keys", type=int)
     p.add_argument("--incremental-epochs", type=int)
     p.add_argument("--parts", default=",".join(PARTS), help="comma list of " + ", ".join(PARTS))
+    for flag, what in PART_SIZE_FLAGS.items():
+        p.add_argument(f"--{flag}", type=int, help=what)
     p.add_argument("--work-dir", help="data, checkpoints, default store (kept when given)")
     p.add_argument("--store-url", help="snapshot store URL (default: file://<work-dir>/store)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-up (debugging only)")
@@ -968,6 +1009,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--variants: unknown {sorted(variants - set(VARIANTS))}")
     args.variants = [x for x in VARIANTS if x in variants]
     return args
+
+
+PART_SIZE_FLAGS = {
+    "restore-keys": "restore part: keys of the state restored (default 28,000,000)",
+    "restore-touched": "restore part: distinct keys of the restored epoch (default 200,000)",
+    "large-keys": "large_state part: keys (default 10,000,000)",
+    "large-records": "large_state part: records of each epoch after the first (1,000,000)",
+    "large-epochs": "large_state part: epochs (default 3)",
+    "large-max-parallelism": "large_state part: key groups M (default 32,768)",
+}
 
 
 def sizes_from(args: argparse.Namespace) -> Sizes:
@@ -1067,6 +1118,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"(excluded from every rate); tree RSS {tree_rss_mb():.0f} MB"
             )
             bench = Bench(spark, work, store_url, sizes, args.variants, routing=args.routing)
+            bench.quick = args.quick
+            bench.size_overrides = {
+                f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f in PART_SIZE_FLAGS
+            }
             if not args.no_warm:
                 peak.phase("warm")
                 bench.warm(args.parts)

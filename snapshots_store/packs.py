@@ -103,6 +103,8 @@ class ChunkReader:
         self.objects = objects
         self._indexes: OrderedDict[str, PackIndex] = OrderedDict()
         self._lock = threading.Lock()
+        #: stored bytes of the chunks `read` returned so far (a restore's disk traffic)
+        self.stored_bytes_read = 0
 
     def index(self, pack_id: str) -> PackIndex:
         with self._lock:
@@ -168,6 +170,8 @@ class ChunkReader:
             oid, run, index = job
             if index is None:
                 out[run[0][0]] = self.objects.get(oid, context="key-group chunk")[1]
+                stored = self.objects.stat(oid)
+                self._count(0 if stored is None else stored.size)
                 return
             start = run[0][1].offset
             length = run[-1][1].offset + run[-1][1].stored - start
@@ -178,6 +182,7 @@ class ChunkReader:
             for position, member in run:
                 frame = view[member.offset - start : member.offset - start + member.stored]
                 out[position] = member_payload(index, member, bytes(frame))
+            self._count(sum(member.stored for _, member in run))
 
         if threads <= 1 or len(jobs) <= 1:
             for job in jobs:
@@ -187,6 +192,10 @@ class ChunkReader:
                 list(pool.map(fetch, jobs))
         assert all(payload is not None for payload in out)
         return [payload for payload in out if payload is not None]
+
+    def _count(self, stored: int) -> None:
+        with self._lock:
+            self.stored_bytes_read += stored
 
 
 def _runs(members: list[tuple[int, PackMember]]) -> list[list[tuple[int, PackMember]]]:

@@ -259,7 +259,9 @@ def _materialise(
     for payload in payloads:
         size_list.append(len(payload))
         chunk = decode_table(payload)
-        if table is None:
+        if table is None and not pc.any(chunk.column(DELETED)).as_py():
+            table = chunk.drop_columns([DELETED])  # a base without deletions: no copy
+        elif table is None:
             table = chunk.filter(pc.invert(chunk.column(DELETED))).drop_columns([DELETED])
         else:
             table = apply_delta(table, chunk, key_columns)
@@ -269,9 +271,11 @@ def _materialise(
 
 @dataclass
 class Restore:
-    """What `load_key_groups` read from the store: payload bytes and wall-clock span."""
+    """What `load_key_groups` read from the store: stored (compressed) and payload bytes, and
+    the wall-clock (`time.time()`) span of reading and materialising them."""
 
-    bytes_read: int = 0
+    stored_bytes: int = 0
+    payload_bytes: int = 0
     started: float = 0.0
     ended: float = 0.0
 
@@ -305,8 +309,10 @@ def load_key_groups(
         return states, restore
     restore.started = time.time()
     refs = [ref for _, chain, start, _, _ in todo for ref in chain[start:]]
+    stored_before = repo.chunks.stored_bytes_read
     payloads = repo.read_chunks(refs)
-    restore.bytes_read = sum(len(p) for p in payloads)
+    restore.stored_bytes = repo.chunks.stored_bytes_read - stored_before
+    restore.payload_bytes = sum(len(p) for p in payloads)
     position = 0
     for kg, chain, start, table, sizes in todo:
         count = len(chain) - start

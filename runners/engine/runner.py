@@ -241,6 +241,7 @@ class EpochRunner:
         restored = [r for r in results if r.restore_bytes]
         if restored:  # state read from the store (cold caches: a restart, a rescale)
             stats["restore_bytes"] = sum(r.restore_bytes for r in restored)
+            stats["restore_payload_bytes"] = sum(r.restore_payload_bytes for r in restored)
             stats["restore_span_s"] = round(
                 max(r.restore_ended for r in restored) - min(r.restore_started for r in restored),
                 6,

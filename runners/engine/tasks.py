@@ -104,9 +104,10 @@ class ReduceResult:
     cache_misses: int
     map_s: float = 0.0
     reduce_s: float = 0.0
-    #: chunk payload bytes this task read from the store (a cold start, a rescale) and the
-    #: wall-clock time.time() span of that read
+    #: stored and payload bytes of the chunks this task read from the store (a cold start, a
+    #: rescale) and the wall-clock time.time() span of reading and materialising them
     restore_bytes: int = 0
+    restore_payload_bytes: int = 0
     restore_started: float = 0.0
     restore_ended: float = 0.0
     #: seconds this task's work kept a core busy: the reduce (a scan task: reading its whole
@@ -626,7 +627,8 @@ def _reduce(
         cache_misses=chunks.stats["misses"] - misses0,
         map_s=map_s,
         reduce_s=time.perf_counter() - started,
-        restore_bytes=writer.restore.bytes_read,
+        restore_bytes=writer.restore.stored_bytes,
+        restore_payload_bytes=writer.restore.payload_bytes,
         restore_started=writer.restore.started,
         restore_ended=writer.restore.ended,
     )
