@@ -191,6 +191,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "epochal.reconcile",
         "schedule": float(config.env("EPOCHAL_RECONCILE_INTERVAL_S", "5")),
     },
+    "watch-runs": {
+        "task": "epochal.watch_runs",
+        "schedule": float(config.env("EPOCHAL_RUN_WATCH_INTERVAL_S", "1")),
+    },
     "autoscale": {
         "task": "epochal.autoscale",
         "schedule": float(config.env("EPOCHAL_AUTOSCALE_INTERVAL_S", "5")),
