@@ -33,10 +33,35 @@ def operation_get(*, operation_id: str) -> Operation:
             .get(pk=key)
         )
     except (Operation.DoesNotExist, ValueError):
-        raise NotFound(
-            f"no operation {operation_id}; list operations with GET /api/operations/",
-            code="operation_not_found",
-        ) from None
+        raise _operation_not_found(operation_id) from None
+
+
+def operation_revision(*, operation_id: str) -> tuple[uuid.UUID, int]:
+    """(id, revision) of the operation in one plain statement (a conditional read that finds
+    it unchanged asks nothing else)."""
+    try:
+        key = uuid.UUID(str(operation_id))
+    except ValueError:
+        raise _operation_not_found(operation_id) from None
+    sql = (
+        f"SELECT (SELECT MAX(c.id) FROM {Change._meta.db_table} c WHERE c.key = %s) "
+        f"FROM {Operation._meta.db_table} o WHERE o.id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql, [operation_key(key), Operation._meta.pk.get_db_prep_value(key, connection)]
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise _operation_not_found(operation_id)
+    return key, int(row[0] or 0)
+
+
+def _operation_not_found(operation_id: str) -> NotFound:
+    return NotFound(
+        f"no operation {operation_id}; list operations with GET /api/operations/",
+        code="operation_not_found",
+    )
 
 
 def operation_list(

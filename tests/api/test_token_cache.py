@@ -29,9 +29,13 @@ from tests.api.conftest import current_database_url
 
 @pytest.fixture
 def server(postgresql_db: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    """A gunicorn process (2 workers) serving the test database: another process's cache."""
+    """A gunicorn process (2 workers, 2 pooled connections each) serving the test database:
+    another process's cache."""
     monkeypatch.setenv("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-    with gunicorn(current_database_url(), workers=2, threads=4, watch_slots=1) as (port, _):
+    with gunicorn(current_database_url(), workers=2, threads=4, watch_slots=1, db_pool=2) as (
+        port,
+        _,
+    ):
         yield port
 
 
