@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from runners.engine import exchange
 from runners.engine import routing as routes
 from runners.engine.crash import crash_spec, maybe_crash
 from runners.engine.hotswap import HOLD as SWAP_HOLD
@@ -32,6 +33,7 @@ from runners.engine.tasks import (
     map_split,
     reduce_partition,
     scan_partition,
+    split_partition,
 )
 from runners.launcher import RUN_ID_ENV, stop_requested
 from snapshots_store import Manifest, PrefixedBackend, RefConflictError, Repository
@@ -105,6 +107,8 @@ class EpochRunner:
         routes.choose(routing, 1, 1, scan_max_parallelism)  # a bad name fails here, not mid-run
         self.routing = routing
         self.scan_max_parallelism = scan_max_parallelism
+        #: where the split routing's map tasks leave their rows (None: Spark's shuffle)
+        self.exchange_root = exchange.exchange_root(spark.sparkContext.master)
         self.store_url, self.namespace = _store_location(repo)
         self.crash = crash_spec()
         self.stopped_reason: str | None = None
@@ -319,7 +323,9 @@ class EpochRunner:
         if self.routing in ("scan", "shuffle") or (self.routing == "auto" and p == 1):
             return routes.choose(self.routing, p, len(splits), self.scan_max_parallelism), []
         pieces = routes.pieces(self.job.source, splits, p)
-        route = routes.choose(self.routing, p, len(pieces), self.scan_max_parallelism)
+        # without a file exchange the split routing pays Spark's shuffle: auto does not pick it
+        usable = len(pieces) if self.exchange_root is not None else 1
+        route = routes.choose(self.routing, p, usable, self.scan_max_parallelism)
         return route, pieces if route == "split" else []
 
     def _run_tasks(
@@ -355,6 +361,8 @@ class EpochRunner:
                 return scan_partition(plan, index, splits)
 
             results = sc.parallelize(range(p), p).mapPartitionsWithIndex(scanner).collect()
+        elif split and self.exchange_root is not None:
+            results = self._run_split(plan, pieces, piece_mapper)
         else:
             if split:
                 shares: Any = sc.parallelize(pieces, len(pieces)).flatMap(piece_mapper)
@@ -364,6 +372,46 @@ class EpochRunner:
             results = routed.mapPartitionsWithIndex(reducer).collect()
         if len(results) != p:
             raise EngineError(f"expected {p} reducer reports, got {len(results)}")
+        return results
+
+    def _run_split(
+        self, plan: TaskPlan, pieces: list[routes.Piece], piece_mapper: Callable[..., Any]
+    ) -> list[ReduceResult]:
+        """The split routing through exchange files. When the p tasks fit the cluster's slots:
+        one barrier stage (tasks.split_partition: map, exchange, reduce in the same task, one
+        Spark job). Otherwise two jobs: a map job (one task per piece) writes each owner's rows
+        to a file and reports the names; a reduce job (p tasks) reads them."""
+        sc = self.spark.sparkContext
+        p = plan.parallelism
+        assert self.exchange_root is not None
+        with exchange.epoch_directory(self.exchange_root, plan.epoch) as directory:
+            if p <= sc.defaultParallelism:
+
+                def split_task(index: int, _: Any) -> Any:
+                    return split_partition(plan, index, pieces, directory)
+
+                barrier: list[ReduceResult] = (
+                    sc.parallelize(range(p), p)
+                    .barrier()
+                    .mapPartitionsWithIndex(split_task)
+                    .collect()
+                )
+                return barrier
+
+            def write_piece(piece: routes.Piece) -> Any:
+                return exchange.write_shares(directory, piece_mapper(piece))
+
+            written = sc.parallelize(pieces, len(pieces)).flatMap(write_piece).collect()
+            by_task: dict[int, list[tuple[int, MapShare]]] = {}
+            for task, share in written:
+                by_task.setdefault(task, []).append((task, share))
+
+            def reducer(index: int, _: Any) -> Any:
+                return reduce_partition(plan, index, by_task.get(index, []), partial=False)
+
+            results: list[ReduceResult] = (
+                sc.parallelize(range(p), p).mapPartitionsWithIndex(reducer).collect()
+            )
         return results
 
     def _notify(self, result: EpochResult) -> None:

@@ -17,10 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runners.engine import aggregations as agg
-from runners.engine import chunks
+from runners.engine import chunks, exchange
 from runners.engine.crash import maybe_crash
 from runners.engine.hashing import key_groups, owners
 from runners.engine.job import Job
+from runners.engine.routing import Piece
 from runners.engine.sources import DeadLetter, Split
 from runners.engine.state import EpochContext, KeyedState, epoch_seed
 from snapshots_store import Repository
@@ -82,6 +83,8 @@ class MapShare:
     payload: bytes
     #: the piece of the split (split routing; 0 otherwise): shares sort by (split, part)
     part: int = 0
+    #: the exchange file holding the payload instead (exchange.py), or ""
+    path: str = ""
     records_in: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
     map_s: float = 0.0
@@ -519,7 +522,9 @@ def reduce_partition(
     scan task aggregates the rows it kept, so both routings write the same bytes."""
     started = time.perf_counter()
     received = sorted((s for _, s in shares), key=lambda s: (s.split_index, s.part))
-    tables = [chunks.decode_table(s.payload) for s in received]
+    tables = [
+        exchange.read_table(s.path) if s.path else chunks.decode_table(s.payload) for s in received
+    ]
     tables = [t for t in tables if t.num_rows]
     merged = None
     if tables:
@@ -536,6 +541,33 @@ def reduce_partition(
     home_map_s = sum(s.map_s for s in received if s.split_index % plan.parallelism == task)
     result.busy_s = result.reduce_s + home_map_s
     yield result
+
+
+def split_partition(
+    plan: TaskPlan, task: int, pieces: Sequence[Piece], directory: str
+) -> Iterator[ReduceResult]:
+    """The split routing in one barrier stage (all p tasks run at once): this task reads its
+    pieces (every p-th), writes each owner's rows to the exchange directory, publishes the list
+    of what it wrote, waits for every other task's list (exchange.gather), then reduces its
+    own rows."""
+    started = time.perf_counter()
+    written: list[tuple[int, MapShare]] = []
+    for piece in pieces[task :: plan.parallelism]:
+        shares = map_split(
+            plan,
+            piece.split_index,
+            piece.split,
+            part=piece.part,
+            first_row=piece.first_row,
+            partial=False,
+        )
+        written.extend(exchange.write_shares(directory, shares))
+    map_s = time.perf_counter() - started
+    everything = exchange.gather(directory, task, plan.parallelism, written)
+    received = [(owner, share) for owner, share in everything if owner == task]
+    for result in reduce_partition(plan, task, received, partial=False):
+        result.busy_s = map_s + result.reduce_s  # each piece's map counted on its own task
+        yield result
 
 
 def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterator[ReduceResult]:

@@ -14,6 +14,7 @@ import pytest
 
 from runners.engine import EpochRunner, Job, read_dead_letters, read_output, routing, sources
 from runners.engine import aggregations as agg
+from runners.engine.exchange import EXCHANGE_DIR_ENV
 from runners.engine.sources import ParquetDirectory, balanced_pieces, write_parquet_file
 from snapshots_store import Repository
 from tests.engine.jobs import running_total
@@ -72,9 +73,14 @@ def _process_job(directory: str) -> Job:
     )
 
 
-def _run(spark: Any, job: Job, root: Path, name: str, p: int, how: str) -> Repository:
+def _run(
+    spark: Any, job: Job, root: Path, name: str, p: int, how: str, *, files: bool = True
+) -> Repository:
     repo = Repository.open(f"file://{root}/{name}", "routing")
-    EpochRunner(spark, job, repo=repo, parallelism=p, routing=how).run()
+    runner = EpochRunner(spark, job, repo=repo, parallelism=p, routing=how)
+    if not files:
+        runner.exchange_root = None  # as on a cluster without a shared exchange directory
+    runner.run()
     return repo
 
 
@@ -92,12 +98,17 @@ def _history(repo: Repository) -> list[tuple[Any, ...]]:
 @pytest.mark.spark
 @pytest.mark.parametrize("kind", ["aggregate", "process"])
 def test_split_routing_writes_byte_identical_snapshots_to_scan(
-    spark: Any, grouped_dir: str, tmp_path: Path, kind: str
+    spark: Any, grouped_dir: str, tmp_path: Path, kind: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    exchange_dir = tmp_path / "exchange"
+    monkeypatch.setenv(EXCHANGE_DIR_ENV, str(exchange_dir))
     job = (_aggregate_job if kind == "aggregate" else _process_job)(grouped_dir)
-    for p in (2, 3):
-        scan_repo = _run(spark, job, tmp_path, f"scan{p}", p, "scan")
-        split_repo = _run(spark, job, tmp_path, f"split{p}", p, "auto")
+    # p = 2 on local[2]: one barrier stage; p = 3: a map job and a reduce job (more tasks than
+    # slots); files=False: Spark's shuffle carries the rows
+    for p, files in ((2, True), (3, True), (2, False)):
+        scan_repo = _run(spark, job, tmp_path, f"scan{p}{files}", p, "scan")
+        how = "auto" if files else "split"
+        split_repo = _run(spark, job, tmp_path, f"split{p}{files}", p, how, files=files)
         scan, split = _history(scan_repo), _history(split_repo)
         assert [h[4] for h in scan] == ["scan"] * 3
         assert [h[4] for h in split] == ["split"] * 3  # auto picked it: the files divide
@@ -107,6 +118,15 @@ def test_split_routing_writes_byte_identical_snapshots_to_scan(
         dead = read_dead_letters(split_repo, "main")
         assert dead.equals(read_dead_letters(scan_repo, "main"))
         assert dead.num_rows == 3 * len(range(5, ROWS, 97))
+    assert os.listdir(exchange_dir) == []  # every epoch's exchange files were removed
+
+
+@pytest.mark.spark
+def test_auto_does_not_pick_split_without_an_exchange_directory(
+    spark: Any, grouped_dir: str, tmp_path: Path
+) -> None:
+    repo = _run(spark, _aggregate_job(grouped_dir), tmp_path, "noex", 2, "auto", files=False)
+    assert [h[4] for h in _history(repo)] == ["scan"] * 3  # Spark's shuffle would cost more
 
 
 def test_parquet_pieces_follow_row_groups_and_cover_the_split(grouped_dir: str) -> None:
