@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from runners.engine import exchange
 from runners.engine import routing as routes
 from runners.engine.crash import crash_spec, maybe_crash
+from runners.engine.executors import ExecutorPool
 from runners.engine.hotswap import HOLD as SWAP_HOLD
 from runners.engine.hotswap import SWAP, partner_reader, swap_gate
 from runners.engine.job import Job
@@ -119,6 +120,8 @@ class EpochRunner:
         self.interrupted: str | None = None
         self._wake = threading.Event()
         self._in_tasks = False
+        #: on a Kubernetes master: executors follow the parallelism (executors.py)
+        self.executors = ExecutorPool(spark.sparkContext)
 
     # -- one epoch ---------------------------------------------------------------------------
 
@@ -169,6 +172,8 @@ class EpochRunner:
             self.stopped_reason = "no new data"
             return None
         epoch = last_epoch + 1
+        # at the boundary, before any task of the epoch: executors for p (none on local[n])
+        executors = self.executors.resize(p)
         if self.job.time_mode == "logical":
             now_ms = epoch * self.job.logical_epoch_ms
         else:
@@ -280,6 +285,7 @@ class EpochRunner:
                 "control": _applied(control, p),
                 **_inputs(source, committed, splits),
                 **({} if gate.record is None else {SWAP: gate.record}),
+                **({} if executors is None else {"executors": executors}),
             },
         )
         self.repo.write_manifest(manifest)
