@@ -17,7 +17,7 @@ from pathlib import Path
 
 from snapshots_store.backends.local import LocalBackend
 
-READ_BYTES = 32 * 1024**2  # one read() of the baseline (the store's longest range read)
+READ_BYTES = 32 * 1024**2  # one read() of the baseline: long sequential reads
 
 
 def drop_page_cache(files: Iterable[Path]) -> str:

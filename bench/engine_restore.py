@@ -5,12 +5,13 @@ state back, against the disk's own sequential read bandwidth measured in the sam
    default size (``--restore-keys``; the state's payload bytes are reported).
 2. The store's files are dropped from the page cache (`bench.disk.drop_page_cache`), then a
    child process restarts the job at p = 3 (a new JVM and new Python workers, an empty state
-   cache): its first epoch touches ``--restore-touched`` keys, which lie in every key group,
-   so each of the 3 tasks reads its whole key-group range from the store (long sequential
-   range reads of the packs, several at once; runners/engine/chunks.py `load_key_groups`).
+   cache) and runs its next epoch (``--restore-touched`` keys). Before it, the engine's restore
+   stage (`EpochRunner._restore`, a runner's first epoch or a new parallelism) has each of the
+   3 tasks load its whole key-group range into the state cache at once: long sequential range
+   reads of the packs, several in flight (runners/engine/chunks.py `load_key_groups`).
    ``restore_mb_s`` = stored bytes the tasks read ÷ the wall-clock span from the first task's
-   restore start to the last task's restore end (manifest stats ``restore_bytes``,
-   ``restore_span_s``).
+   read start to the last task's state in the cache (manifest stats ``restore_bytes``,
+   ``restore_span_s``; ``restore_s`` is the stage's whole Spark job).
 3. The baseline: files of the same sizes as the packs read, written the way the store writes
    (temp file, fsync, rename), dropped from the page cache the same way, read one after the
    other in 32 MiB reads: ``disk_read_mb_s``. ``restore_ratio`` = restore ÷ disk (target
@@ -100,6 +101,8 @@ def measure(spark: Any, work: Path, store_url: str, namespace: str, sizes: Resto
             f"restore read {child['restore_bytes']} stored bytes, the snapshot holds "
             f"{state['state_stored_bytes']}"
         )
+    if child["state_read_bytes"]:
+        problems.append(f"the restored epoch's tasks read {child['state_read_bytes']} more bytes")
     if child["records_in"] != sizes.touched or child["output_rows"] != sizes.touched:
         problems.append(f"restored epoch read/output {child} rows, expected {sizes.touched}")
     base_files = disk.write_like_the_store(work / "disk-baseline", state["pack_sizes"])
@@ -124,6 +127,7 @@ def measure(spark: Any, work: Path, store_url: str, namespace: str, sizes: Resto
             "restore_bytes": child["restore_bytes"],
             "restore_payload_bytes": child["restore_payload_bytes"],
             "restore_span_s": child["restore_span_s"],
+            "restore_stage_s": child["restore_s"],
             "restore_payload_mb_s": round(
                 child["restore_payload_bytes"] / 1e6 / child["restore_span_s"], 1
             ),
@@ -223,6 +227,8 @@ def restart(args: argparse.Namespace) -> dict[str, Any]:
         "restore_bytes": int(stats.get("restore_bytes", 0)),
         "restore_payload_bytes": int(stats.get("restore_payload_bytes", 0)),
         "restore_span_s": float(stats.get("restore_span_s", 0.0)),
+        "restore_s": float(stats.get("restore_s", 0.0)),
+        "state_read_bytes": int(stats.get("state_read_bytes", 0)),
     }
 
 

@@ -36,8 +36,9 @@ PACK_BYTES: Final = 64 * 1024**2
 HEAD_READ: Final = 256 * 1024
 #: members closer than this are read in one request (the gap is read and dropped)
 COALESCE_GAP: Final = 1024**2
-#: longest single read
-MAX_READ: Final = 32 * 1024**2
+#: longest single read: long enough for the disk's sequential rate, short enough that a
+#: task's range becomes several reads whose decompression and hashing run in parallel
+MAX_READ: Final = 8 * 1024**2
 #: reads in flight at once (decompression and hashing release the GIL)
 READ_THREADS: Final = 4
 _INDEX_CACHE: Final = 256

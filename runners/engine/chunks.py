@@ -281,12 +281,17 @@ class Restore:
 
 
 def load_key_groups(
-    repo: Repository, chains: Mapping[int, Sequence[str]], key_columns: Sequence[str]
+    repo: Repository,
+    chains: Mapping[int, Sequence[str]],
+    key_columns: Sequence[str],
+    *,
+    disk: bool = False,
 ) -> tuple[dict[int, KeyGroupState], Restore]:
     """Materialised state of many key groups (a task's range): cached chains from the cache,
     every other chunk in one `Repository.read_chunks` call, so the members of each pack are
     read in long sequential ranges, several at once. Materialised chains are cached in this
-    worker's memory only (the epoch writes the changed ones through `cache_put`)."""
+    worker's memory, and with `disk` in the machine's disk cache too (the restore stage: the
+    epoch's tasks may run in other Python workers)."""
     states: dict[int, KeyGroupState] = {}
     todo: list[tuple[int, tuple[str, ...], int, pa.Table | None, tuple[int, ...]]] = []
     for kg, raw in chains.items():
@@ -320,7 +325,7 @@ def load_key_groups(
             chain, start, table, sizes, payloads[position : position + count], key_columns
         )
         position += count
-        cache_put(entry, disk=False)
+        cache_put(entry, disk=disk)
         states[kg] = entry
     restore.ended = time.time()
     return states, restore

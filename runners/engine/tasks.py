@@ -107,12 +107,8 @@ class ReduceResult:
     cache_misses: int
     map_s: float = 0.0
     reduce_s: float = 0.0
-    #: stored and payload bytes of the chunks this task read from the store (a cold start, a
-    #: rescale) and the wall-clock time.time() span of reading and materialising them
-    restore_bytes: int = 0
-    restore_payload_bytes: int = 0
-    restore_started: float = 0.0
-    restore_ended: float = 0.0
+    #: stored bytes of the chunks this task read from the store (not in the state cache)
+    state_read_bytes: int = 0
     #: seconds this task's work kept a core busy: the reduce (a scan task: reading its whole
     #: share too) plus, after a shuffle, the map time of the splits homed on this task
     busy_s: float = 0.0
@@ -570,6 +566,18 @@ def split_partition(
         yield result
 
 
+def restore_partition(plan: TaskPlan, task: int) -> Iterator[chunks.Restore]:
+    """The restore stage (a runner's first epoch, or a new parallelism): load the state of every
+    key group this task owns into the machine's state cache, memory and local disk, with long
+    sequential reads (`chunks.load_key_groups`), so the epoch's tasks find it wherever they
+    run."""
+    groups = np.fromiter(plan.key_groups, dtype=np.int32, count=len(plan.key_groups))
+    owned = owners(groups, plan.parallelism, plan.max_parallelism)
+    mine = {int(kg): plan.key_groups[int(kg)] for kg in groups[owned == task]}
+    _, restore = chunks.load_key_groups(plan.repo(), mine, plan.job.key_columns, disk=True)
+    yield restore
+
+
 def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterator[ReduceResult]:
     """One-stage variant without a shuffle: the task reads every split of the epoch and keeps
     the records of its own key groups (cheaper than a shuffle when p is small)."""
@@ -659,10 +667,7 @@ def _reduce(
         cache_misses=chunks.stats["misses"] - misses0,
         map_s=map_s,
         reduce_s=time.perf_counter() - started,
-        restore_bytes=writer.restore.stored_bytes,
-        restore_payload_bytes=writer.restore.payload_bytes,
-        restore_started=writer.restore.started,
-        restore_ended=writer.restore.ended,
+        state_read_bytes=writer.restore.stored_bytes,
     )
 
 
