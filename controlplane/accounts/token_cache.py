@@ -12,7 +12,6 @@ checked against the clock on every request. Unknown tokens are never cached.
 
 from __future__ import annotations
 
-import copy
 import threading
 import time
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
+from django.db.models.base import ModelState
 from django.utils import timezone
 
 from controlplane.changes.models import Change
@@ -81,7 +81,10 @@ class TokenCache:
             self.forget(digest)
             return None
         # each request gets its own instances: a view may set attributes on request.user
-        return copy.copy(entry.user), copy.copy(entry.token)
+        user = _clone(entry.user)
+        token = _clone(entry.token)
+        token._state.fields_cache["user"] = user
+        return user, token
 
     def put(self, digest: str, user: Any, token: Any, revision: int) -> None:
         entry = Entry(user, token, revision, token.expires_at, time.monotonic())
@@ -103,6 +106,17 @@ class TokenCache:
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+
+
+def _clone(instance: Any) -> Any:
+    """A shallow copy of a model instance (its own attributes and field cache). `copy.copy`
+    goes through pickling support: ~50 us an instance, a noticeable share of a 304."""
+    clone = instance.__class__.__new__(instance.__class__)
+    clone.__dict__ = instance.__dict__.copy()
+    state = clone._state = ModelState()
+    state.__dict__ = instance._state.__dict__.copy()
+    state.fields_cache = dict(instance._state.fields_cache)
+    return clone
 
 
 TOKENS = TokenCache()
