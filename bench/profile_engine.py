@@ -121,7 +121,7 @@ def _top(profile: cProfile.Profile, n: int) -> str:
 def _map_stages(job: Any, splits: list, task: int, p: int) -> list[tuple[str, float]]:
     """The first half of a scan task, step by step (mirrors tasks.scan_partition)."""
     from runners.engine.hashing import key_groups, owners
-    from runners.engine.tasks import KG, _partial, _valid_rows
+    from runners.engine.tasks import KG, _partial, _valid_rows, _with_seq
 
     steps: list[tuple[str, float]] = []
     t = time.perf_counter()
@@ -133,7 +133,7 @@ def _map_stages(job: Any, splits: list, task: int, p: int) -> list[tuple[str, fl
         t = now
 
     tables = []
-    for split in splits:
+    for index, split in enumerate(splits):
         data = job.source.read(split)
         lap("read the epoch's Parquet (every task reads all of it)")
         table, _ = _valid_rows(data.table, job.key_columns, split)
@@ -142,6 +142,7 @@ def _map_stages(job: Any, splits: list, task: int, p: int) -> list[tuple[str, fl
         groups = key_groups([table.column(c) for c in job.key_columns], 128)
         lap("murmur3 key group of every record (numpy)")
         mine = owners(groups, p, 128) == task
+        table = _with_seq(table, index)
         table = table.append_column(KG, pa.array(groups, type=pa.int32())).filter(pa.array(mine))
         lap("keep this task's key groups (filter)")
         tables.append(table)

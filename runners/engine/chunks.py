@@ -121,13 +121,17 @@ def _disk_path(chain: tuple[str, ...]) -> str:
     return os.path.join(_disk_dir(), digest[:2], digest + ".arrow")
 
 
-_disk_puts = 0
+#: bytes this process wrote to the disk cache since its last eviction pass; a pass walks the
+#: whole directory (every worker's files: tens of thousands after a run at M = 32,768), so it
+#: runs once per 1/16 of the budget written, not per a number of files
+_disk_written = 0
 
 
 def _disk_put(entry: KeyGroupState) -> None:
     """Write a materialised chain as an uncompressed Arrow file for the other workers of this
-    machine (best effort: a full or read-only disk only costs a cache miss)."""
-    global _disk_puts
+    machine (best effort: a full or read-only disk only costs a cache miss). The directory may
+    exceed its budget by what the workers write between eviction passes (1/16 each)."""
+    global _disk_written
     if DISK_CACHE_BYTES <= 0 or not entry.chain:
         return
     path = _disk_path(entry.chain)
@@ -141,8 +145,9 @@ def _disk_put(entry: KeyGroupState) -> None:
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         os.replace(tmp, path)
-        _disk_puts += 1
-        if _disk_puts % 256 == 0:
+        _disk_written += os.path.getsize(path)
+        if _disk_written >= DISK_CACHE_BYTES // 16:
+            _disk_written = 0
             _disk_evict()
     except OSError:
         pass
