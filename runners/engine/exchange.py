@@ -1,14 +1,18 @@
-"""The split routing's exchange through files: each map task writes one Arrow IPC file per
-owning task into the epoch's exchange directory and reports only the file names; the reduce
-tasks memory-map their files. PySpark's own shuffle (`partitionBy`) pickles every blob into
-the JVM, compresses, spills and reads it back — measured at ≈ 0.5 CPU-seconds and ≈ 1 s of
-wall time per 32 MB on two cores, more than reading the input twice; a file written to and read
-from the page cache costs a few milliseconds.
+"""The split routing's exchange through files. In one Spark stage of p tasks, each task maps
+its pieces of the input, writes one Arrow IPC file per owning task into the epoch's exchange
+directory and publishes the list of what it wrote (`publish`); every task collects all
+pieces' lists (`wait_published`; a piece whose task has not started is claimed and mapped by a
+waiting task), memory-maps the files sent to it and reduces. PySpark's own shuffle
+(`partitionBy`) pickles every blob into the JVM, compresses, spills and reads it back —
+measured at ≈ 0.5 CPU-seconds and ≈ 1 s of wall time per 32 MB on two cores, more than reading
+the input twice; a file written to and read from the page cache costs a few milliseconds.
+Barrier mode is not used: `BarrierTaskContext.allGather` polls once a second, and Spark may
+delay a barrier stage's launch by its slot check.
 
 The directory must be reachable from every executor: `$EPOCHAL_EXCHANGE_DIR` (a shared
 filesystem on a cluster), or by default, when the Spark master is local, the machine's temporary
 directory. Without one the split routing falls back to Spark's shuffle and `auto` does not
-pick it. Each epoch attempt uses a fresh subdirectory, removed when its Spark jobs end.
+pick it. Each epoch attempt uses a fresh subdirectory, removed when its Spark job ends.
 """
 
 from __future__ import annotations
@@ -30,9 +34,9 @@ if TYPE_CHECKING:
     from runners.engine.tasks import MapShare
 
 EXCHANGE_DIR_ENV = "EPOCHAL_EXCHANGE_DIR"
-#: how long a task of the one-stage split waits for the others' lists (they run at once: a
-#: barrier stage; a failed task makes Spark kill them all long before this)
-GATHER_TIMEOUT_S = 3600.0
+#: how long a task waits for a piece another task claimed before mapping it itself (the
+#: claimer may have failed: Spark retries a task, never its claims)
+CLAIMED_TIMEOUT_S = 60.0
 
 
 def exchange_root(master: str | None) -> str | None:
@@ -59,12 +63,12 @@ def epoch_directory(root: str, epoch: int) -> Iterator[str]:
 def write_shares(
     directory: str, shares: Iterable[tuple[int, MapShare]]
 ) -> list[tuple[int, MapShare]]:
-    """Write each share's payload to a file; the shares returned name the file instead."""
+    """Write each share's payload to a file (atomically: two tasks may map the same piece, with
+    identical bytes); the shares returned name the file instead."""
     written = []
     for task, share in shares:
         path = os.path.join(directory, f"{share.split_index}-{share.part}-to-{task}.arrow")
-        with open(path, "wb") as f:
-            f.write(share.payload)
+        _write_atomic(path, share.payload)
         written.append((task, replace(share, payload=b"", path=path)))
     return written
 
@@ -74,26 +78,52 @@ def read_table(path: str) -> pa.Table:
     return pa.ipc.open_stream(pa.memory_map(path)).read_all()
 
 
-def gather(
-    directory: str, task: int, tasks: int, written: list[tuple[int, MapShare]]
-) -> list[tuple[int, MapShare]]:
-    """Publish what this task wrote and wait (polling every millisecond or so) until every task
-    of the stage has published; returns all tasks' shares. `BarrierTaskContext.allGather`
-    would do the same, but it polls once a second: up to a second per epoch."""
-    mine = os.path.join(directory, f"written-{task}.pickle")
-    with open(mine + ".tmp", "wb") as f:
-        pickle.dump(written, f, protocol=5)
-    os.replace(mine + ".tmp", mine)  # atomic: a reader never sees half a list
-    deadline = time.monotonic() + GATHER_TIMEOUT_S
-    result: list[tuple[int, MapShare]] = []
-    for other in range(tasks):
-        path = os.path.join(directory, f"written-{other}.pickle")
-        delay = 0.0005
-        while not os.path.exists(path):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"task {other} of the split stage wrote nothing to {directory}")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.005)
-        with open(path, "rb") as f:
-            result.extend(pickle.load(f))
-    return result
+def _write_atomic(path: str, data: bytes) -> None:
+    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _listing(directory: str, key: tuple[int, int]) -> str:
+    return os.path.join(directory, f"written-{key[0]}-{key[1]}.pickle")
+
+
+def publish(directory: str, key: tuple[int, int], shares: list[tuple[int, MapShare]]) -> None:
+    """Say what the map of piece `key` (split index, part) wrote."""
+    _write_atomic(_listing(directory, key), pickle.dumps(shares, protocol=5))
+
+
+def published(directory: str, key: tuple[int, int]) -> list[tuple[int, MapShare]] | None:
+    """What the map of piece `key` wrote, or None when no task has published it yet."""
+    try:
+        with open(_listing(directory, key), "rb") as f:
+            shares: list[tuple[int, MapShare]] = pickle.load(f)
+            return shares
+    except FileNotFoundError:
+        return None
+
+
+def claim(directory: str, key: tuple[int, int]) -> bool:
+    """True for the first task to claim piece `key` (the one that maps it); False when another
+    task has it (its owner, or a task that took it over)."""
+    try:
+        os.close(os.open(_listing(directory, key) + ".claim", os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        return False
+    return True
+
+
+def wait_published(
+    directory: str, key: tuple[int, int], timeout_s: float
+) -> list[tuple[int, MapShare]] | None:
+    """Poll (every millisecond or so, backing off to 5 ms) until piece `key` is published, or
+    None after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    delay = 0.0005
+    while True:
+        shares = published(directory, key)
+        if shares is not None or time.monotonic() >= deadline:
+            return shares
+        time.sleep(delay)
+        delay = min(delay * 2, 0.005)

@@ -4,15 +4,16 @@
   its own key groups. No exchange, but each extra task adds a full read and hash.
 - ``split``: the read itself is split. The epoch's splits are divided into pieces (a source's
   optional ``divide(split, parts)`` hook: `ParquetDirectory` cuts at row-group boundaries);
-  one map task per piece reads only its piece, hashes it and sends each owner its rows (the
-  projected input columns, Arrow IPC, no Python row loop); the p reduce tasks concatenate what
-  they receive in input order and aggregate it exactly as a scan task would. So the state,
+  each of the p tasks reads only its pieces, hashes them and sends each owner its rows (the
+  projected input columns, Arrow IPC files: exchange.py, no Python row loop), then concatenates
+  what it receives in input order and aggregates it exactly as a scan task would. So the state,
   chunks and outputs are byte-identical to the scan's, for any aggregation (float sums too).
 - ``shuffle``: one map task per split reads it, routes and partially aggregates it per key
   (the exchange carries at most one row per key and split), the reducers combine partials.
 
-``auto`` (the default) picks ``scan`` for one task, ``split`` when there are several tasks and
-the epoch's input comes in several pieces (several splits, or a split a source can divide), else
+``auto`` (the default) picks ``scan`` for one task, ``split`` when there are several tasks,
+the epoch's input comes in several pieces (several splits, or a split a source can divide) and
+there is an exchange directory (the runner passes 1 piece otherwise), else
 ``scan`` up to ``scan_max_parallelism`` tasks and ``shuffle`` above.
 """
 

@@ -397,7 +397,7 @@ class EpochRunner:
 
             results = sc.parallelize(range(p), p).mapPartitionsWithIndex(scanner).collect()
         elif split and self.exchange_root is not None:
-            results = self._run_split(plan, pieces, piece_mapper)
+            results = self._run_split(plan, pieces)
         else:
             if split:
                 shares: Any = sc.parallelize(pieces, len(pieces)).flatMap(piece_mapper)
@@ -409,43 +409,19 @@ class EpochRunner:
             raise EngineError(f"expected {p} reducer reports, got {len(results)}")
         return results
 
-    def _run_split(
-        self, plan: TaskPlan, pieces: list[routes.Piece], piece_mapper: Callable[..., Any]
-    ) -> list[ReduceResult]:
-        """The split routing through exchange files. When the p tasks fit the cluster's slots:
-        one barrier stage (tasks.split_partition: map, exchange, reduce in the same task, one
-        Spark job). Otherwise two jobs: a map job (one task per piece) writes each owner's rows
-        to a file and reports the names; a reduce job (p tasks) reads them."""
+    def _run_split(self, plan: TaskPlan, pieces: list[routes.Piece]) -> list[ReduceResult]:
+        """The split routing through exchange files, in one Spark job of p tasks
+        (tasks.split_partition: each maps its pieces, collects the others', reduces)."""
         sc = self.spark.sparkContext
         p = plan.parallelism
         assert self.exchange_root is not None
         with exchange.epoch_directory(self.exchange_root, plan.epoch) as directory:
-            if p <= sc.defaultParallelism:
 
-                def split_task(index: int, _: Any) -> Any:
-                    return split_partition(plan, index, pieces, directory)
-
-                barrier: list[ReduceResult] = (
-                    sc.parallelize(range(p), p)
-                    .barrier()
-                    .mapPartitionsWithIndex(split_task)
-                    .collect()
-                )
-                return barrier
-
-            def write_piece(piece: routes.Piece) -> Any:
-                return exchange.write_shares(directory, piece_mapper(piece))
-
-            written = sc.parallelize(pieces, len(pieces)).flatMap(write_piece).collect()
-            by_task: dict[int, list[tuple[int, MapShare]]] = {}
-            for task, share in written:
-                by_task.setdefault(task, []).append((task, share))
-
-            def reducer(index: int, _: Any) -> Any:
-                return reduce_partition(plan, index, by_task.get(index, []), partial=False)
+            def split_task(index: int, _: Any) -> Any:
+                return split_partition(plan, index, pieces, directory)
 
             results: list[ReduceResult] = (
-                sc.parallelize(range(p), p).mapPartitionsWithIndex(reducer).collect()
+                sc.parallelize(range(p), p).mapPartitionsWithIndex(split_task).collect()
             )
         return results
 

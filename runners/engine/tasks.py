@@ -542,13 +542,20 @@ def reduce_partition(
 def split_partition(
     plan: TaskPlan, task: int, pieces: Sequence[Piece], directory: str
 ) -> Iterator[ReduceResult]:
-    """The split routing in one barrier stage (all p tasks run at once): this task reads its
-    pieces (every p-th), writes each owner's rows to the exchange directory, publishes the list
-    of what it wrote, waits for every other task's list (exchange.gather), then reduces its
-    own rows."""
+    """The split routing in one stage of p tasks. This task maps its own pieces (every p-th):
+    reads only that piece, writes each owner's rows to the exchange directory and publishes
+    the list. It then collects every other piece's list, waiting a little (twice its own map
+    time) for the task that owns it; a piece still missing then — its task has not started, as
+    when p exceeds the free slots — it maps itself, after claiming it so that two waiting tasks
+    do not both do it. Maps are deterministic, so a piece mapped twice writes the same bytes.
+    Then it reduces the rows sent to it."""
     started = time.perf_counter()
-    written: list[tuple[int, MapShare]] = []
-    for piece in pieces[task :: plan.parallelism]:
+    p = plan.parallelism
+    map_s = 0.0
+
+    def run(piece: Piece) -> list[tuple[int, MapShare]]:
+        nonlocal map_s
+        t0 = time.perf_counter()
         shares = map_split(
             plan,
             piece.split_index,
@@ -557,12 +564,32 @@ def split_partition(
             first_row=piece.first_row,
             partial=False,
         )
-        written.extend(exchange.write_shares(directory, shares))
-    map_s = time.perf_counter() - started
-    everything = exchange.gather(directory, task, plan.parallelism, written)
+        written = exchange.write_shares(directory, shares)
+        exchange.publish(directory, (piece.split_index, piece.part), written)
+        map_s += time.perf_counter() - t0
+        return written
+
+    everything: list[tuple[int, MapShare]] = []
+    for piece in pieces[task::p]:
+        key = (piece.split_index, piece.part)
+        exchange.claim(directory, key)
+        everything.extend(exchange.published(directory, key) or run(piece))
+    patience = max(0.05, 2 * (time.perf_counter() - started))
+    others = [q for i, q in enumerate(pieces) if i % p != task]
+    for piece in others:
+        key = (piece.split_index, piece.part)
+        got = exchange.wait_published(directory, key, patience)
+        if got is None:
+            if exchange.claim(directory, key):
+                got = run(piece)
+            else:
+                got = exchange.wait_published(directory, key, exchange.CLAIMED_TIMEOUT_S)
+                got = got if got is not None else run(piece)
+        patience = 0.0  # waited once for the other tasks: the rest are published or claimed
+        everything.extend(got)
     received = [(owner, share) for owner, share in everything if owner == task]
     for result in reduce_partition(plan, task, received, partial=False):
-        result.busy_s = map_s + result.reduce_s  # each piece's map counted on its own task
+        result.busy_s = map_s + result.reduce_s  # each map counted on the task that ran it
         yield result
 
 

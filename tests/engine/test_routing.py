@@ -103,8 +103,9 @@ def test_split_routing_writes_byte_identical_snapshots_to_scan(
     exchange_dir = tmp_path / "exchange"
     monkeypatch.setenv(EXCHANGE_DIR_ENV, str(exchange_dir))
     job = (_aggregate_job if kind == "aggregate" else _process_job)(grouped_dir)
-    # p = 2 on local[2]: one barrier stage; p = 3: a map job and a reduce job (more tasks than
-    # slots); files=False: Spark's shuffle carries the rows
+    # p = 2 on local[2]: both tasks run at once and each maps its own piece; p = 3: more tasks
+    # than slots, so running tasks take over the pieces of one not started yet (p = 3 divides
+    # a file into 3 pieces); files=False: Spark's shuffle carries the rows
     for p, files in ((2, True), (3, True), (2, False)):
         scan_repo = _run(spark, job, tmp_path, f"scan{p}{files}", p, "scan")
         how = "auto" if files else "split"
