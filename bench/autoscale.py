@@ -352,9 +352,7 @@ def plot(rows: list[EpochRow], setup: Setup, path: str) -> None:
     fig.update_yaxes(title_text="records/s", secondary_y=False)
     fig.update_yaxes(title_text="parallelism, backlog", secondary_y=True)
     if path.endswith(".html"):
-        # plotly.js inlined (the copy in the pinned plotly package the dashboard serves too):
-        # the page opens offline and asks no CDN.
-        fig.write_html(path, include_plotlyjs=True, full_html=True)
+        fig.write_html(path, include_plotlyjs="cdn", full_html=True)
     else:
         fig.write_image(path)
 

@@ -47,6 +47,20 @@ class InvalidRequest(EpochalError):
     http_status = 400
 
 
+class UnusableRequest(InvalidRequest):
+    """Well-formed (the schema takes it), but what it names cannot be used: an unknown
+    snapshot, a parallelism above M, an unregistered function (422)."""
+
+    http_status = 422
+
+
+class StateRefusal(InvalidRequest):
+    """Well-formed, but the job's current state refuses it: nothing to change, no commits
+    yet, a live rescale of a stopped job (409)."""
+
+    http_status = 409
+
+
 class NotFound(EpochalError):
     code = "not_found"
     http_status = 404

@@ -8,6 +8,19 @@ from controlplane.errors import InvalidRequest
 from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name
 
+REF_PATTERN = (
+    r"^(?=.{1,255}$)(?!.*\.\.)(?!.*\.lock(/|$))(?!.*\.$)"
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}(/[A-Za-z0-9][A-Za-z0-9._-]{0,99})*$"
+)
+"""Branch, tag and revision names as a regular expression (for schemas): the same rules."""
+
+REVISION_PATTERN = (
+    r"^(?=.{1,300}$)(?!.*\.\.)"
+    r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}(/[A-Za-z0-9][A-Za-z0-9._-]{0,99})*([~^][0-9]{0,9})*$"
+)
+"""A revision (`Repository.resolve`): a snapshot id or prefix, a branch or tag (``tags/x``
+too), followed by any ``~n`` / ``^n`` (n-th first parent, n-th parent)."""
+
 
 def checked_branch(value: object, *, field: str = "branch", what: str = "branch") -> str:
     """`value` when it is a valid branch (or tag) name; InvalidRequest naming `field`."""

@@ -10,6 +10,7 @@ from typing import Any
 from django import forms
 
 from controlplane.applications.stores import store_list
+from controlplane.jobs.spark_conf import OPERATOR_SPARK_CONF
 from controlplane.operations.kinds.migrate import MODES as MIGRATE_MODES
 from controlplane.operations.kinds.rescale import MODES as RESCALE_MODES
 from runners import entry_points
@@ -38,6 +39,16 @@ class ActionForm(forms.Form):
 
     def params(self) -> dict[str, Any]:
         return {}
+
+    def field_for(self, name: str) -> str | None:
+        """The form field a refusal's field (`spark_conf.spark.executor.memory`) is about."""
+        return name if name in self.fields else None
+
+
+def spark_field(key: str) -> str:
+    """The form field of an operator's Spark setting: `spark.executor.memory` ->
+    `spark_executor_memory`."""
+    return key.replace(".", "_")
 
 
 class StartForm(ActionForm):
@@ -113,6 +124,16 @@ class ForkForm(ActionForm):
 
     def __init__(self, *args: Any, versions: Iterable[Any] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # The Spark resource settings an operator may choose (the REST API's spark_conf): the
+        # server checks them, as for the API, and a refusal names the key on its field.
+        for key, bound in OPERATOR_SPARK_CONF.items():
+            self.fields[spark_field(key)] = forms.CharField(
+                required=False,
+                max_length=20,
+                label=key,
+                help_text=f"empty: the version's; {bound.describe()}",
+            )
+        self.order_fields([name for name in self.fields if name != "reason"] + ["reason"])
         self.fields["version"].choices = [("", "—")] + [  # type: ignore[attr-defined]
             (
                 v.number,
@@ -134,7 +155,20 @@ class ForkForm(ActionForm):
             params["version"] = data["version"]
         if data["parallelism"] is not None:
             params["parallelism"] = data["parallelism"]
+        spark_conf = {
+            key: data[spark_field(key)].strip()
+            for key in OPERATOR_SPARK_CONF
+            if data.get(spark_field(key), "").strip()
+        }
+        if spark_conf:
+            params["spark_conf"] = spark_conf
         return params
+
+    def field_for(self, name: str) -> str | None:
+        if name.startswith("spark_conf."):
+            field = spark_field(name.removeprefix("spark_conf."))
+            return field if field in self.fields else None
+        return super().field_for(name)
 
 
 class MigrateForm(ActionForm):

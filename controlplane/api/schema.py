@@ -7,6 +7,7 @@ bodies, 429), all with the `Error` shape, so the schema matches what the server 
 
 from __future__ import annotations
 
+import copy
 import re
 from typing import Any
 
@@ -14,6 +15,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 
 from controlplane.api.errors import ErrorSerializer
+from controlplane.refnames import REF_PATTERN, REVISION_PATTERN
 
 _DESCRIPTIONS = {
     "400": "The request is invalid (fields, query parameters, cursor or JSON).",
@@ -55,12 +57,8 @@ def error(description: str) -> OpenApiResponse:
     return OpenApiResponse(ErrorSerializer, description=description)
 
 
-REF_PATTERN = (
-    r"^(?=.{1,255}$)(?!.*\.\.)(?!.*\.lock(/|$))(?!.*\.$)"
-    r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}(/[A-Za-z0-9][A-Za-z0-9._-]{0,99})*$"
-)
-"""Branch, tag and revision names as the store takes them (snapshots_store/names.py)."""
 REF = {"type": "string", "pattern": REF_PATTERN}
+REVISION = {"type": "string", "pattern": REVISION_PATTERN}
 
 NO_NUL = "^[^\\x00]*$"
 """Strings the server takes: anything but NUL (no database stores one; it answers 400)."""
@@ -155,6 +153,52 @@ def strict_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, An
     job = schemas.get("VersionCreateRequest", {}).get("properties", {}).get("job")
     if job is not None:
         job["enum"] = sorted({entry.name for entry in registered(JOBS)})
+    return result
+
+
+def operation_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: an operation request is one of the kinds, each with
+    its own parameters (`controlplane/operations/params.py`, what the server checks), told
+    apart by `kind`; an application's operation endpoint takes a fork only."""
+    from controlplane.operations.params import PARAMS
+    from controlplane.operations.registry import SPECS
+
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    generic = schemas.get("OperationRequestRequest")
+    if generic is None:
+        return result
+    reason = generic["properties"]["reason"]
+    mapping: dict[str, str] = {}
+    for kind in sorted(PARAMS):
+        name = f"{kind.capitalize()}OperationRequest"
+        params = copy.deepcopy(PARAMS[kind])
+        for variant in params.get("oneOf", [params]):
+            for field in variant.get("properties", {}).values():
+                _exact(field)  # free-form objects (a fork's config) hold JSON values only
+        required = ["kind"]
+        if "required" in params or "oneOf" in params:
+            required.append("params")
+        schemas[name] = {
+            "type": "object",
+            "description": f"`{kind}`: {SPECS[kind].summary}.",
+            "properties": {
+                "kind": {"type": "string", "enum": [kind]},
+                "params": params,
+                "reason": reason,
+            },
+            "required": required,
+            "additionalProperties": False,
+        }
+        mapping[kind] = f"#/components/schemas/{name}"
+    schemas["OperationRequestRequest"] = {
+        "oneOf": [{"$ref": ref} for ref in mapping.values()],
+        "discriminator": {"propertyName": "kind", "mapping": mapping},
+    }
+    fork = {"$ref": mapping["fork"]}
+    for operation in _operations(result):
+        if operation["operationId"] == "application_operation_request_post":
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                media["schema"] = fork
     return result
 
 

@@ -2,17 +2,21 @@
 
 An operator never gives a URL: migrate names a registered store. A `file://` store must live
 under `EPOCHAL_STORE_ROOTS`; credentials are named (environment variable prefix, Kubernetes
-secret), never stored.
+secret), never stored: `store_repository` reads the variables when the store is used.
 """
 
 from __future__ import annotations
+
+import os
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from controlplane.applications.models import Store
-from controlplane.errors import Conflict, InvalidRequest
+from controlplane.errors import Conflict, InvalidRequest, OperationFailed
+from snapshots_store import Repository
 from snapshots_store.backends import local_store_url
+from snapshots_store.backends.s3 import S3Credentials
 
 
 class UnknownStoreError(LookupError):
@@ -22,6 +26,49 @@ class UnknownStoreError(LookupError):
             f"no store named {name!r} is registered; an admin registers one "
             "(admin site, or `manage.py register_store NAME URL`); GET /api/stores/ lists them"
         )
+
+
+class StoreCredentialsMissing(OperationFailed):
+    """A store names environment variables for its credentials that this process lacks."""
+
+    code = "store_credentials_missing"
+
+
+def credential_variables(store: Store) -> tuple[str, str, str]:
+    """The environment variables `store`'s credentials come from: access key id, secret
+    access key, session token (optional)."""
+    prefix = store.credentials_env
+    return (
+        f"{prefix}_AWS_ACCESS_KEY_ID",
+        f"{prefix}_AWS_SECRET_ACCESS_KEY",
+        f"{prefix}_AWS_SESSION_TOKEN",
+    )
+
+
+def store_credentials(store: Store) -> S3Credentials | None:
+    """`store`'s credentials, read now from the environment variables it names (never from
+    the database); None when it names none (boto3's own search, or a mounted secret).
+    StoreCredentialsMissing, naming the store and the variables, when one is not set."""
+    if not store.credentials_env:
+        return None
+    key_id, secret, token = credential_variables(store)
+    missing = [name for name in (key_id, secret) if not os.environ.get(name)]
+    if missing:
+        raise StoreCredentialsMissing(
+            f"store {store.name!r} takes its credentials from the environment variables "
+            f"{key_id} and {secret}, and {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not set in this process: set "
+            f"{'it' if len(missing) == 1 else 'them'} in the environment of the control "
+            "plane's web and worker processes (e.g. from a Secret in the Helm values), then "
+            "retry; nothing was written",
+            detail={"store": store.name, "missing": missing},
+        )
+    return S3Credentials(os.environ[key_id], os.environ[secret], os.environ.get(token) or None)
+
+
+def store_repository(store: Store, namespace: str) -> Repository:
+    """The repository of `namespace` in `store`, with the store's credentials."""
+    return Repository.open(store.url, namespace, credentials=store_credentials(store))
 
 
 def store_get(*, name: str) -> Store:

@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connection
@@ -36,8 +35,8 @@ class _Listener:
         self._stopping = False
         self.listening = threading.Event()
 
-    def register(self, key: str, event: threading.Event | None = None) -> threading.Event:
-        event = event or threading.Event()
+    def register(self, key: str) -> threading.Event:
+        event = threading.Event()
         with self._lock:
             self._waiters[key].add(event)
             if self._thread is None and connection.vendor == "postgresql":
@@ -59,11 +58,8 @@ class _Listener:
         with self._lock:
             if key is None:
                 events = [e for waiting in self._waiters.values() for e in waiting]
-            else:  # the key's own waiters and those of every key of its kind (`job:*`)
-                events = [
-                    *self._waiters.get(key, ()),
-                    *self._waiters.get(key.partition(":")[0] + ":*", ()),
-                ]
+            else:
+                events = list(self._waiters.get(key, ()))
         for event in events:
             event.set()
 
@@ -121,28 +117,15 @@ def stop_listening() -> None:
 
 
 def wait_for_change(
-    key: str | Sequence[str],
-    seen: int,
-    *,
-    deadline: float,
-    release_connection: bool = False,
-    read: Callable[[], int] | None = None,
+    key: str, seen: int, *, deadline: float, release_connection: bool = False
 ) -> int | None:
     """Block until the revision of `key` is no longer `seen`; the new revision, or None when
     `deadline` (a `time.monotonic()` instant) passes first. `release_connection` gives the
-    thread's database connection back while waiting (a web request's watch).
-
-    `key` may be several keys, and a key may name a whole kind (``job:*``: any job); then
-    `read` computes the revision the waiter compares with `seen` (by default the revision
-    of the one key)."""
-    keys = [key] if isinstance(key, str) else list(key)
-    current_of = read if read is not None else (lambda: revision(keys[0]))
-    event = threading.Event()  # one event, woken by a change to any of the keys
-    for k in keys:
-        _LISTENER.register(k, event)
+    thread's database connection back while waiting (a web request's watch)."""
+    event = _LISTENER.register(key)
     try:
         while True:
-            current = current_of()
+            current = revision(key)
             if current != seen:
                 return current
             remaining = deadline - time.monotonic()
@@ -151,13 +134,7 @@ def wait_for_change(
             if release_connection:
                 connection.close()
             listening = _LISTENER.listening.is_set()
-            woken = event.wait(remaining if listening else min(remaining, POLL_S))
+            event.wait(remaining if listening else min(remaining, POLL_S))
             event.clear()
-            # nothing was announced for the whole wait: unchanged, no need to ask (nor to
-            # reconnect); a lost listener wakes every waiter, so this is never stale
-            quiet = not woken and listening and _LISTENER.listening.is_set()
-            if quiet and deadline - time.monotonic() <= 0:
-                return None
     finally:
-        for k in keys:
-            _LISTENER.unregister(k, event)
+        _LISTENER.unregister(key, event)

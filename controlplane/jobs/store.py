@@ -12,13 +12,19 @@ if TYPE_CHECKING:
 
 
 def application_repository(application: Application, store_url: str | None = None) -> Repository:
+    """The application's repository: in its registered store (with that store's credentials,
+    from the environment variables it names), else in `store_url` or the deployment's."""
+    from controlplane.applications.stores import store_repository
+
+    if store_url is None and application.store is not None:
+        return store_repository(application.store, application.store_namespace)
     return Repository.open(
         store_url or application.effective_store_url, application.store_namespace
     )
 
 
 def job_repository(job: Job) -> Repository:
-    return Repository.open(job.effective_store_url, job.application.store_namespace)
+    return application_repository(job.application)
 
 
 def branch_head(job: Job) -> str | None:

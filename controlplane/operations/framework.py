@@ -54,6 +54,10 @@ class OperationSpec:
     needs_job: bool = True
     summary: str = ""
 
+    def authorize(self, params: Mapping[str, Any], target: Target) -> None:
+        """Raise Forbidden when `target.user` may not give these parameters at all (checked
+        before the parameters' schema: a 403 says more than a 400 about their values)."""
+
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
         """Validated, normalised parameters; raise InvalidRequest naming the bad fields."""
         raise NotImplementedError

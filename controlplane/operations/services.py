@@ -23,11 +23,18 @@ from django.utils import timezone
 
 from controlplane.applications.models import Application
 from controlplane.audit.services import audit_execution
-from controlplane.errors import Conflict, InvalidRequest, Unprocessable
+from controlplane.errors import (
+    Conflict,
+    InvalidRequest,
+    StateRefusal,
+    Unprocessable,
+    UnusableRequest,
+)
 from controlplane.jobs.models import Job
 from controlplane.operations.executor import phase_records
 from controlplane.operations.framework import Target
 from controlplane.operations.models import ACTIVE_STATES, Operation, OperationState
+from controlplane.operations.params import check_params
 from controlplane.operations.registry import operation_spec
 
 log = logging.getLogger(__name__)
@@ -77,6 +84,23 @@ def _keyed(requester: AbstractBaseUser | None, key: str, fingerprint: str = "") 
             detail={"operation": str(earlier.pk)},
         )
     return earlier
+
+
+#: what a kind refuses because of the job's current state (409); anything else it refuses in
+#: a well-formed request is about what the request names (an unknown snapshot, a parallelism
+#: above M, an unregistered function): 422
+STATE_REFUSALS = frozenset(
+    {"no_change", "empty_branch", "alignment_pending", "alignment_refused", "job_not_running"}
+)
+
+
+def _unusable(exc: InvalidRequest) -> InvalidRequest:
+    """A kind's refusal of parameters the schema accepts (`check_params` ran first): never a
+    400, since the request is well-formed; 409 or 422 with the same code, message and fields."""
+    if exc.http_status != InvalidRequest.http_status:
+        return exc
+    kind = StateRefusal if exc.code in STATE_REFUSALS else UnusableRequest
+    return kind(exc.message, code=exc.code, fields=exc.fields, detail=exc.detail)
 
 
 def _running_conflict(job: Job) -> Conflict:
@@ -138,6 +162,8 @@ def operation_request(
     if earlier is not None:
         return Requested(earlier, created=False)
     spec = operation_spec(kind)
+    spec.authorize(params, Target(application=application, job=job, user=user))
+    check_params(kind, params)
     if spec.needs_job and job is None:
         raise InvalidRequest(
             f"a {kind} operation acts on a job; name one", fields={"job": ["required"]}
@@ -152,7 +178,10 @@ def operation_request(
         if replay is not None:
             return Requested(replay, created=False)
         raise _running_conflict(job)
-    cleaned = spec.clean(params, Target(application=application, job=job, user=user))
+    try:
+        cleaned = spec.clean(params, Target(application=application, job=job, user=user))
+    except InvalidRequest as exc:
+        raise _unusable(exc) from None
     new_branch = spec.creates_branch(cleaned)
     operation = Operation(
         kind=kind,

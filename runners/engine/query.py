@@ -244,6 +244,25 @@ def epoch_snapshot(repo: Repository, branch: str, epoch: int) -> str | None:
     raise StateQueryError(f"branch {branch!r} has no epoch {epoch} on its history")
 
 
+def epoch_in_history(repo: Repository, rev: str, epoch: int) -> str:
+    """The snapshot in the first-parent history of revision `rev` that committed `epoch`;
+    StateQueryError when that history has no such epoch (it ends before, or skipped it)."""
+    if epoch < 1:
+        raise StateQueryError("epochs start at 1")
+    chain = list(repo.log(rev, first_parent=True))
+    if chain[0][1].epoch < epoch:
+        raise StateQueryError(
+            f"{rev!r} is at epoch {chain[0][1].epoch}; epoch {epoch} comes after it"
+        )
+    for i, (sid, manifest) in enumerate(chain):
+        parent_epoch = chain[i + 1][1].epoch if i + 1 < len(chain) else 0
+        if manifest.epoch == epoch and parent_epoch < epoch:
+            return sid
+        if manifest.epoch < epoch:
+            break
+    raise StateQueryError(f"{rev!r} has no epoch {epoch} in its history")
+
+
 def wait_for_epoch(
     repo: Repository,
     branch: str,
@@ -313,6 +332,7 @@ def state_as_of(
 __all__ = [
     "StateAnswer",
     "StateQueryError",
+    "epoch_in_history",
     "epoch_snapshot",
     "state_as_of",
     "state_at",

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from snapshots_store.backends.base import Backend, Blob, KeyInfo, PrefixedBackend, check_key
 from snapshots_store.backends.local import LocalBackend
 from snapshots_store.errors import StoreConfigError
+
+if TYPE_CHECKING:
+    from snapshots_store.backends.s3 import S3Credentials
 
 __all__ = [
     "Backend",
@@ -32,13 +36,14 @@ def local_store_url(url: str, *, root: Path, default: Path) -> str:
     return url
 
 
-def open_backend(url: str) -> Backend:
+def open_backend(url: str, *, credentials: S3Credentials | None = None) -> Backend:
     """The backend for a store URL.
 
     * ``file:///abs/path``, ``file://relative/path`` (relative to the current directory),
       or a plain path;
     * ``s3://bucket[/prefix][?endpoint_url=http://host:port&region=…]``; credentials come
-      from the usual boto3 sources (environment, profile, instance role).
+      from the usual boto3 sources (environment, profile, instance role), or are given
+      (`credentials`: a registered store's). A `file://` store takes none.
     """
     if not isinstance(url, str) or not url:
         raise StoreConfigError("the store URL is empty; set STORE_URL, e.g. file://var/store")
@@ -66,6 +71,7 @@ def open_backend(url: str) -> Backend:
             prefix=unquote(parts.path).strip("/"),
             endpoint_url=options.get("endpoint_url"),
             region=options.get("region"),
+            credentials=credentials,
         )
     raise StoreConfigError(
         f"store URL {url!r} has unsupported scheme {parts.scheme!r}; use file:// or s3://"

@@ -20,6 +20,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,6 +34,16 @@ from snapshots_store.errors import StoreConfigError, StoreError
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 PROBE_PREFIX = ".epochal-probe"
+
+
+@dataclass(frozen=True)
+class S3Credentials:
+    """An access key given explicitly (a registered store's, read from the environment
+    variables it names at use time) instead of boto3's own search."""
+
+    access_key_id: str
+    secret_access_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
 
 
 def _code(exc: ClientError) -> str:
@@ -54,6 +65,7 @@ class S3Backend:
         endpoint_url: str | None = None,
         region: str | None = None,
         client: Any = None,
+        credentials: S3Credentials | None = None,
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
@@ -64,21 +76,27 @@ class S3Backend:
         self._endpoint_url = endpoint_url
         self._region = region
         self._given_client = client
+        self._credentials = credentials
 
     @property
     def _client(self) -> Any:
         """The process's client for this endpoint (re-created after a fork)."""
         if self._given_client is not None:
             return self._given_client
-        return _shared_client(self._endpoint_url, self._region or "us-east-1")
+        return _shared_client(self._endpoint_url, self._region or "us-east-1", self._credentials)
 
     @property
     def _probe_key(self) -> tuple[int, str | None, str, str]:
         return (os.getpid(), self._endpoint_url, self.bucket, self.prefix)
 
-    def __reduce__(self) -> tuple[Any, tuple[str, str, str | None, str | None]]:
+    def __reduce__(
+        self,
+    ) -> tuple[Any, tuple[str, str, str | None, str | None, S3Credentials | None]]:
         """Pickle as its configuration (for Spark executors); the client is per process."""
-        return (_rebuild, (self.bucket, self.prefix, self._endpoint_url, self._region))
+        return (
+            _rebuild,
+            (self.bucket, self.prefix, self._endpoint_url, self._region, self._credentials),
+        )
 
     def _full(self, key: str) -> str:
         check_key(key)
@@ -107,27 +125,6 @@ class S3Backend:
         except BotoCoreError as exc:
             raise self._fail("GET", full, exc) from exc
         return Blob(data, str(response["ETag"]))
-
-    def get_range(self, key: str, start: int, length: int) -> bytes | None:
-        if start < 0 or length < 0:
-            raise ValueError(f"a byte range starts and runs at >= 0, not {start}+{length}")
-        if length == 0:
-            return b"" if self.stat(key) is not None else None
-        full = self._full(key)
-        try:
-            response = self._client.get_object(
-                Bucket=self.bucket, Key=full, Range=f"bytes={start}-{start + length - 1}"
-            )
-            data: bytes = response["Body"].read()
-        except ClientError as exc:
-            if _code(exc) in _MISSING_CODES:
-                return None
-            if _code(exc) == "InvalidRange":  # starts at or past the end
-                return b""
-            raise self._fail("GET", full, exc) from exc
-        except BotoCoreError as exc:
-            raise self._fail("GET", full, exc) from exc
-        return data
 
     def stat(self, key: str) -> KeyInfo | None:
         full = self._full(key)
@@ -248,10 +245,12 @@ _CLIENTS: dict[tuple[int, str | None, str], Any] = {}
 _PROBED: dict[tuple[int, str | None, str, str], bool] = {}
 
 
-def _shared_client(endpoint_url: str | None, region: str) -> Any:
-    """One boto3 client per process, endpoint and region: clients are thread-safe but
-    expensive to create, and must not cross a fork (the key includes the pid)."""
-    key = (os.getpid(), endpoint_url, region)
+def _shared_client(
+    endpoint_url: str | None, region: str, credentials: S3Credentials | None = None
+) -> Any:
+    """One boto3 client per process, endpoint, region and credentials: clients are thread-safe
+    but expensive to create, and must not cross a fork (the key includes the pid)."""
+    key = (os.getpid(), endpoint_url, region, credentials)
     with _CLIENT_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
@@ -259,6 +258,9 @@ def _shared_client(endpoint_url: str | None, region: str) -> Any:
                 "s3",
                 endpoint_url=endpoint_url,
                 region_name=region,
+                aws_access_key_id=credentials.access_key_id if credentials else None,
+                aws_secret_access_key=credentials.secret_access_key if credentials else None,
+                aws_session_token=credentials.session_token if credentials else None,
                 config=Config(
                     retries={"max_attempts": 5, "mode": "standard"},
                     s3={"addressing_style": "path"} if endpoint_url else None,
@@ -268,8 +270,20 @@ def _shared_client(endpoint_url: str | None, region: str) -> Any:
         return client
 
 
-def _rebuild(bucket: str, prefix: str, endpoint_url: str | None, region: str | None) -> S3Backend:
-    return S3Backend(bucket=bucket, prefix=prefix, endpoint_url=endpoint_url, region=region)
+def _rebuild(
+    bucket: str,
+    prefix: str,
+    endpoint_url: str | None,
+    region: str | None,
+    credentials: S3Credentials | None = None,
+) -> S3Backend:
+    return S3Backend(
+        bucket=bucket,
+        prefix=prefix,
+        endpoint_url=endpoint_url,
+        region=region,
+        credentials=credentials,
+    )
 
 
 def _utc(moment: datetime) -> datetime:

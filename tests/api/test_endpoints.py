@@ -184,7 +184,7 @@ def test_fork_is_requested_on_the_application(lineage: Lineage, client_for: Clie
         "/api/applications/clicks/operations/",
         {"kind": "fork", "params": {"snapshot": "nope", "branch": "b3"}},
     )
-    assert unknown.status_code == 400
+    assert unknown.status_code == 422  # well-formed, but names no snapshot of the lineage
     assert "snapshot" in unknown.json()["error"]["fields"]
 
 

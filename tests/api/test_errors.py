@@ -156,7 +156,7 @@ def test_errors_say_what_is_expected(lineage: Lineage, client_for: Client) -> No
 
     error = error_of(
         operator.post(url, {"kind": "rollback", "params": {"to": "main~1000"}}),
-        400,
+        422,
         "unknown_snapshot",
     )
     assert "goes back past the root: main~4 is the first commit of its line" in error["message"]

@@ -57,7 +57,7 @@ def test_state_at_epoch_snapshot_and_pending(
     page = client.get("/api/applications/counts/state/", {"key_group": 5, "limit": 3}).json()
     assert page["status"] == "ok" and len(page["rows"]) <= 3
     bad = client.get("/api/applications/counts/state/", {"key_group": 5000})
-    assert bad.status_code == 400 and "key group" in bad.json()["error"]["message"]
+    assert bad.status_code == 422 and "key group" in bad.json()["error"]["message"]
     assert client_for(None).get("/api/applications/counts/state/").status_code == 401
 
 
@@ -75,3 +75,29 @@ def test_cross_job_query_and_mapping(
     assert r.status_code == 200 and r.json()["epoch"] == 3
     direct = client.get("/api/applications/counts/state/", {"key": "key-3", "epoch": 3})
     assert r.json() == direct.json()
+
+
+def test_every_combination_of_state_parameters_gets_an_answer(
+    web: dict[str, Any], client_for: Callable[[str | None], APIClient]
+) -> None:
+    """The schema cannot say which query parameters go together, so the server answers each
+    combination: snapshot with epoch is that epoch of the snapshot's history, as_of_application
+    without as_of_epoch is as of the caller's head, and what cannot be answered is a 422."""
+    client = client_for("viewer")
+    url = "/api/applications/counts/state/"
+    head = client.get(url, {"key": "key-3"}).json()
+    at_2 = client.get(url, {"key": "key-3", "epoch": 2}).json()
+    both = client.get(url, {"key": "key-3", "snapshot": head["snapshot_id"], "epoch": 2})
+    assert both.status_code == 200, both.json()
+    assert both.json()["snapshot_id"] == at_2["snapshot_id"] != head["snapshot_id"]
+    assert both.json()["rows"] == at_2["rows"]
+    after = client.get(url, {"snapshot": at_2["snapshot_id"], "epoch": 3})
+    assert after.status_code == 422 and "comes after it" in after.json()["error"]["message"]
+    as_of_head = client.get(url, {"key": "key-3", "as_of_application": "echo"})
+    as_of_2 = client.get(url, {"key": "key-3", "as_of_application": "echo", "as_of_epoch": 2})
+    assert as_of_head.status_code == 200 and as_of_head.json() == as_of_2.json()  # echo is at 2
+    orphan = client.get(url, {"key": "key-3", "as_of_epoch": 2})
+    assert orphan.status_code == 422
+    assert "as_of_application" in orphan.json()["error"]["message"]
+    typed = client.get(url, {"key": "abc", "key_type": "int"})
+    assert typed.status_code == 422 and "key_type=int" in typed.json()["error"]["message"]

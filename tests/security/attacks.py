@@ -128,8 +128,19 @@ class Worker:
 
 
 @pytest.fixture
+def worker_env() -> dict[str, str | None]:
+    """Changes to the worker's environment (None: unset); a test module overrides it."""
+    return {}
+
+
+@pytest.fixture
 def worker(
-    postgresql_db: None, redis_url: str, store_url: str, tmp_path: Path, live_server: Any
+    postgresql_db: None,
+    redis_url: str,
+    store_url: str,
+    tmp_path: Path,
+    live_server: Any,
+    worker_env: dict[str, str | None],
 ) -> Iterator[Worker]:
     """A real Celery worker on the test database and the test run's broker."""
     broker = os.environ.get("CELERY_BROKER_URL", "")
@@ -147,6 +158,11 @@ def worker(
         "PYTHONPATH": SUBPROCESS_PYTHONPATH,
         "PYTHONUNBUFFERED": "1",
     }
+    for name, value in worker_env.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     log = tmp_path / "worker.log"
     with open(log, "wb") as out:
         process = subprocess.Popen(

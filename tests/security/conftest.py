@@ -8,4 +8,4 @@ from tests.api.conftest import (  # noqa: F401  (fixtures)
     store_url,
     tokens,
 )
-from tests.security.attacks import listener, worker  # noqa: F401  (fixtures)
+from tests.security.attacks import listener, worker, worker_env  # noqa: F401  (fixtures)

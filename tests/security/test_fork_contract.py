@@ -48,8 +48,8 @@ def _counts(store_url: str) -> Any:
         ({"job_name": "clicks-main"}, 409, "job_name"),
         ({"parallelism": 100000}, 400, "parallelism"),
         ({"parallelism": 0}, 400, "parallelism"),
-        ({"version": 99}, 400, "version"),
-        ({"snapshot": "no-such-snapshot"}, 400, "snapshot"),
+        ({"version": 99}, 422, "version"),  # well-formed, but names nothing: 422
+        ({"snapshot": "no-such-snapshot"}, 422, "snapshot"),
         ({"branch": "main"}, 409, "branch"),
         ({"start": "yes"}, 400, "start"),
         ({"spark_conf": {"spark.driver.extraJavaOptions": "-javaagent:/tmp/x.jar"}}, 400,

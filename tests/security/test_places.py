@@ -47,11 +47,12 @@ def test_migrate_copy_takes_no_url(
         assert response.status_code == 400, response.text
         assert "store_url" in response.json()["error"]["fields"]
     assert len(refusals(MIGRATE, 400, "store_url")) == 4
-    # A store name that no admin registered is refused too, naming `store`.
+    # A store name that no admin registered is refused too, naming `store` (well-formed, but
+    # it names nothing registered: 422).
     body = {"kind": "migrate", "params": {"mode": "copy", "store": "etc"}}
     response = call(live_server.url, tokens["operator"], "POST", MIGRATE, body)
-    assert response.status_code == 400 and "store" in response.json()["error"]["fields"]
-    assert refusals(MIGRATE, 400, "store")
+    assert response.status_code == 422 and "store" in response.json()["error"]["fields"]
+    assert refusals(MIGRATE, 422, "store")
     assert Operation.objects.filter(kind="migrate").count() == 0
     assert listener.connections == [], "no request reached the attacker's listener"
     assert not attacker_dir.exists()

@@ -129,10 +129,10 @@ def test_rescale_shows_the_key_group_moves_then_creates_the_operation(
 @pytest.mark.parametrize(
     ("data", "words", "status"),
     [
-        ({"parallelism": 99}, "exceeds the lineage's max parallelism M=8", 400),
-        ({"parallelism": 3}, "already runs at parallelism 3", 400),
+        ({"parallelism": 99, "mode": "auto"}, "exceeds the lineage's max parallelism M=8", 422),
+        ({"parallelism": 3, "mode": "auto"}, "already runs at parallelism 3", 409),
         ({"parallelism": "many"}, "Enter a whole number", 400),
-        ({"parallelism": 2, "mode": "live"}, "a live rescale needs a running job", 400),
+        ({"parallelism": 2, "mode": "live"}, "a live rescale needs a running job", 409),
     ],
 )
 def test_rescale_refuses_bad_input_in_words(
@@ -168,8 +168,8 @@ def test_rollback_refuses_a_snapshot_that_is_not_an_earlier_one(
     preview = text(operator.get(f"/jobs/clicks-main/rollback/?to={lineage.fork[1]}"))
     assert "is not an earlier snapshot of branch main" in preview and "fork it" in preview
     response = operator.post("/jobs/clicks-main/rollback/", {"to": lineage.main[5]})
-    assert response.status_code == 400 and "is the head of main already" in text(response)
-    assert operator.post("/jobs/clicks-main/rollback/", {"to": "zz"}).status_code == 400
+    assert response.status_code == 409 and "is the head of main already" in text(response)
+    assert operator.post("/jobs/clicks-main/rollback/", {"to": "zz"}).status_code == 422
     assert Operation.objects.count() == 0
 
 
@@ -261,3 +261,52 @@ def test_operation_page_follows_phases(client_for: ClientFor, lineage: Lineage) 
     moved = operator.get(url, HTTP_HX_REQUEST="true", HTTP_IF_NONE_MATCH=etag)
     assert moved.status_code == 200 and moved["ETag"] != etag
     assert client_for("viewer").get("/operations/not-an-id/").status_code == 404
+
+
+def test_fork_form_sets_the_operators_spark_resources_checked_as_over_rest(
+    client_for: ClientFor, lineage: Lineage
+) -> None:
+    operator = client_for("operator")
+    form = text(operator.get(f"/applications/clicks/fork/?snapshot={lineage.main[3]}"))
+    for key in (
+        "spark.executor.instances",
+        "spark.executor.memory",
+        "spark.sql.shuffle.partitions",
+    ):
+        assert key in form
+    base = {"snapshot": lineage.main[3], "branch": "sized", "job_name": "clicks-sized"}
+    too_big = operator.post(
+        "/applications/clicks/fork/",
+        {**base, "spark_executor_memory": "1t", "spark_executor_instances": "300"},
+    )
+    assert too_big.status_code == 400
+    page = text(too_big)
+    # each refused key is named on its own field, in the server's words
+    assert (
+        "spark_conf.spark.executor.memory" in page and "spark_conf.spark.executor.instances" in page
+    )
+    assert "from 512m to 256g" in page and "from 1 to 256" in page
+    assert not Operation.objects.filter(kind="fork").exists()
+    refusal = AuditEntry.objects.filter(action="web fork", status_code=400).latest("id")
+    assert refusal.detail["fields"] == [
+        "spark_conf.spark.executor.instances",
+        "spark_conf.spark.executor.memory",
+    ]
+    sized = operator.post(
+        "/applications/clicks/fork/",
+        {
+            **base,
+            "spark_executor_instances": "4",
+            "spark_executor_cores": "2",
+            "spark_executor_memory": "4g",
+            "spark_sql_shuffle_partitions": "64",
+        },
+    )
+    assert sized.status_code == 302
+    op = Operation.objects.get(kind="fork")
+    assert op.params["spark_conf"] == {
+        "spark.executor.instances": "4",
+        "spark.executor.cores": "2",
+        "spark.executor.memory": "4g",
+        "spark.sql.shuffle.partitions": "64",
+    }

@@ -128,8 +128,9 @@ def _request_operation(
         )
     except EpochalError as exc:
         for field, messages in exc.fields.items():
-            if field in form.fields:
-                form.add_error(field, messages)
+            on = form.field_for(field)
+            if on is not None:
+                form.add_error(on, [f"{field}: {m}" if on != field else m for m in messages])
         form.add_error(None, exc.message)
         audit_request(
             user=request.user,
@@ -138,7 +139,7 @@ def _request_operation(
             status_code=exc.http_status,
             outcome=OUTCOMES.get(exc.http_status, "rejected"),
             source="web",
-            detail={"code": exc.code, "message": exc.message[:500]},
+            detail={"code": exc.code, "message": exc.message[:500], "fields": sorted(exc.fields)},
         )
         return None, exc.http_status
     operation = requested.operation

@@ -25,7 +25,6 @@ from controlplane.api.serializers import (
     JobSerializer,
     LogsSerializer,
     RunSerializer,
-    job_detail_representation,
 )
 from controlplane.applications.selectors import application_get, version_get, version_latest
 from controlplane.changes.feed import wait_for_change
@@ -123,7 +122,7 @@ class JobDetailView(ApiView):
             "active_operation": job.active_operation,  # type: ignore[attr-defined]
             "head": mark.head,
         }
-        return tag(Response(job_detail_representation(job, ctx)), etag)
+        return tag(Response(JobDetailSerializer(job, context=ctx).data), etag)
 
 
 class JobRunListView(ApiView):

@@ -22,14 +22,21 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.base import ApiView
-from controlplane.api.schema import REF, error
+from controlplane.api.schema import REF, REVISION, error
 from controlplane.applications.selectors import application_get
-from controlplane.errors import InvalidRequest
+from controlplane.errors import InvalidRequest, Unprocessable
 from controlplane.jobs.store import application_repository
 from controlplane.operations.webs import web_graph
 from controlplane.refnames import checked_branch
 from runners.engine.branch_source import epoch_mapping
-from runners.engine.query import StateAnswer, StateQueryError, state_as_of, state_at, state_at_epoch
+from runners.engine.query import (
+    StateAnswer,
+    StateQueryError,
+    epoch_in_history,
+    state_as_of,
+    state_at,
+    state_at_epoch,
+)
 
 TAGS = ["webs"]
 MAX_TIMEOUT_S = 30.0
@@ -54,9 +61,7 @@ def _key_value(raw: str, key_type: str) -> Any:
     try:
         return int(raw)
     except ValueError:
-        raise InvalidRequest(
-            f"key {raw!r} is not an integer (key_type=int)", fields={"key": ["an integer"]}
-        ) from None
+        raise StateQueryError(f"key {raw!r} is not an integer (key_type=int)") from None
 
 
 def _query(request: Request) -> dict[str, Any]:
@@ -116,24 +121,33 @@ class StateView(ApiView):
             OpenApiParameter("key_to", str, description="Range end (exclusive)."),
             OpenApiParameter("limit", {"type": "integer", "minimum": 1}),  # type: ignore[arg-type]
             OpenApiParameter("cursor", str),
-            OpenApiParameter("snapshot", REF, description="Any revision (id, branch, tag)."),
+            OpenApiParameter(
+                "snapshot",
+                REVISION,
+                description="Any revision (id, branch, tag); with epoch: that epoch of its "
+                "history.",
+            ),
             OpenApiParameter("branch", REF, description="Branch (default main)."),
             OpenApiParameter(
                 "epoch",
                 {"type": "integer", "minimum": 1},  # type: ignore[arg-type]
-                description="A committed epoch of the branch.",
+                description="A committed epoch of the branch (or of the snapshot's history).",
             ),
             OpenApiParameter(
                 "timeout",
                 {"type": "number", "minimum": 0, "maximum": MAX_TIMEOUT_S},  # type: ignore[arg-type]
                 description=f"Seconds to wait for the epoch, 0..{MAX_TIMEOUT_S:g} (default 0).",
             ),
-            OpenApiParameter("as_of_application", str, description="The caller's application."),
+            OpenApiParameter(
+                "as_of_application",
+                str,
+                description="The caller's application (the other as_of_* need it: 422).",
+            ),
             OpenApiParameter("as_of_branch", REF),
             OpenApiParameter(
                 "as_of_epoch",
                 {"type": "integer", "minimum": 1},  # type: ignore[arg-type]
-                description="The caller's epoch.",
+                description="The caller's epoch (default: its branch head's).",
             ),
             OpenApiParameter("as_of_source", str, description="Its source name (upstream)."),
         ],
@@ -142,50 +156,73 @@ class StateView(ApiView):
             202: dict,
             400: error("Bad query."),
             404: error("Unknown application or revision."),
+            422: error(
+                "Cannot be answered as asked: an epoch the history does not have, a key "
+                "group beyond M, a key of another type, an unknown cursor, as_of_* without "
+                "as_of_application."
+            ),
         },
     )
     def get(self, request: Request, name: str) -> Response:
         application = application_get(name=name)
         repo = application_repository(application)
         params = request.query_params
-        query = _query(request)
         branch = checked_branch(params.get("branch") or "main")
-        if params.get("as_of_branch"):
-            checked_branch(params["as_of_branch"], field="as_of_branch")
+        caller_branch = checked_branch(params.get("as_of_branch") or "main", field="as_of_branch")
         timeout = _timeout(request)
         epoch = _int(request, "epoch", low=1)
+        caller_epoch = _int(request, "as_of_epoch", low=1)
         try:
+            query = _query(request)
             if params.get("as_of_application"):
-                caller_app = application_get(name=params["as_of_application"])
-                caller_epoch = _int(request, "as_of_epoch", low=1)
+                caller = application_repository(application_get(name=params["as_of_application"]))
                 if caller_epoch is None:
-                    raise InvalidRequest(
-                        "as_of_epoch is required with as_of_application",
-                        fields={"as_of_epoch": ["required"]},
-                    )
+                    caller_epoch = _head_epoch(caller, caller_branch)
+                    if caller_epoch is None:
+                        return _answer(
+                            StateAnswer(
+                                status="pending",
+                                branch=branch,
+                                detail=f"the caller's branch {caller_branch!r} has no commits yet",
+                            )
+                        )
                 return _answer(
                     state_as_of(
                         repo,
                         branch,
-                        caller=application_repository(caller_app),
-                        caller_branch=params.get("as_of_branch") or "main",
+                        caller=caller,
+                        caller_branch=caller_branch,
                         caller_epoch=caller_epoch,
                         caller_source=params.get("as_of_source") or "upstream",
                         timeout=timeout,
                         **query,
                     )
                 )
+            given = [n for n in ("as_of_epoch", "as_of_branch", "as_of_source") if params.get(n)]
+            if given:
+                raise StateQueryError(
+                    f"{', '.join(given)} describe the caller of a cross-job query: give "
+                    "as_of_application too (the application whose epoch it is)"
+                )
             if params.get("snapshot"):
                 if epoch is not None:
-                    raise InvalidRequest(
-                        "give snapshot or epoch, not both", fields={"epoch": ["with snapshot"]}
-                    )
+                    sid = epoch_in_history(repo, params["snapshot"], epoch)
+                    return _answer(state_at(repo, sid, **query))
                 return _answer(state_at(repo, params["snapshot"], **query))
             if epoch is not None:
                 return _answer(state_at_epoch(repo, branch, epoch, timeout=timeout, **query))
             return _answer(state_at(repo, branch, branch=branch, **query))
         except StateQueryError as exc:
-            raise InvalidRequest(str(exc), code="invalid_state_query") from None
+            # Well-formed, but what it names cannot be answered (an epoch the history does not
+            # have, a key group beyond M, a key of another type, a cursor this API did not give)
+            raise Unprocessable(
+                str(exc), code="invalid_state_query", fields={"query": [str(exc)]}
+            ) from None
+
+
+def _head_epoch(repo: Any, branch: str) -> int | None:
+    head = repo.read_ref(f"heads/{branch}")
+    return None if head is None else int(repo.read_manifest(head.target).epoch)
 
 
 class MappingView(ApiView):

@@ -60,11 +60,7 @@ class ForkSpec(OperationSpec):
     needs_job = False
     summary = "new branch (+ job) from any snapshot, running an existing version"
 
-    def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        """Everything is checked here, before the operation is written: a refused fork leaves
-        no version, branch or job behind."""
-        reject_unknown(params, ALLOWED)
-        application = target.application
+    def authorize(self, params: Mapping[str, Any], target: Target) -> None:
         new_version = sorted(ADMIN_PARAMS & set(params))
         if new_version and target.user is not None and not has_role(target.user, ADMIN):
             raise Forbidden(
@@ -73,6 +69,14 @@ class ForkSpec(OperationSpec):
                 code="admin_only",
                 fields={name: ["only an admin may set this; give version"] for name in new_version},
             )
+
+    def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
+        """Everything is checked here, before the operation is written: a refused fork leaves
+        no version, branch or job behind."""
+        reject_unknown(params, ALLOWED)
+        application = target.application
+        new_version = sorted(ADMIN_PARAMS & set(params))
+        self.authorize(params, target)
         if new_version and "version" in params:
             raise InvalidRequest(
                 "give either version (an existing one) or job/code_version/config (a new one)",

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controlplane.applications.models import Application, Store
-from controlplane.applications.stores import UnknownStoreError, store_get
+from controlplane.applications.stores import UnknownStoreError, store_get, store_repository
 from controlplane.errors import Conflict, InvalidRequest, OperationFailed
 from controlplane.jobs.models import Job
 from controlplane.jobs.store import application_repository, job_repository
@@ -123,6 +123,7 @@ class MigrateSpec(OperationSpec):
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:
         if params["mode"] == "copy":
             return [
+                Phase("check_store", _check_store, cancellable=True),
                 Phase("stop", phase_stop, cancellable=True),
                 Phase("copy_objects", _copy),
                 Phase("switch_store", _switch),
@@ -137,6 +138,15 @@ class MigrateSpec(OperationSpec):
         ]
 
 
+def _check_store(ctx: PhaseContext) -> None:
+    """Before anything stops or moves: the target store's credentials are where it says (the
+    environment variables it names, in this worker's environment)."""
+    store = _store(ctx)
+    store_repository(store, ctx.job.application.store_namespace)
+    where = f"from ${store.credentials_env}_AWS_*" if store.credentials_env else "none named"
+    ctx.progress(1.0, f"store {store.name}: credentials {where}")
+
+
 def _copy(ctx: PhaseContext) -> None:
     from snapshots_store.replicate import replicate
 
@@ -145,7 +155,7 @@ def _copy(ctx: PhaseContext) -> None:
     if ctx.data.get("switched"):
         return
     src = application_repository(application)
-    dst = Repository.open(_store(ctx).url, application.store_namespace)
+    dst = store_repository(_store(ctx), application.store_namespace)
 
     def progress(done: int, total: int) -> None:
         ctx.progress(done / max(1, total), f"{done}/{total} objects")
