@@ -241,7 +241,7 @@ class S3Backend:
 
 _CLIENT_LOCK = threading.Lock()
 _PROBE_LOCK = threading.Lock()
-_CLIENTS: dict[tuple[int, str | None, str], Any] = {}
+_CLIENTS: dict[tuple[int, str | None, str, S3Credentials | None], Any] = {}
 _PROBED: dict[tuple[int, str | None, str, str], bool] = {}
 
 
