@@ -125,13 +125,14 @@ def free_port() -> int:
 
 @contextmanager
 def gunicorn(
-    database_url: str, *, workers: int, threads: int, watch_slots: int
+    database_url: str, *, workers: int, threads: int, watch_slots: int, db_pool: int = 0
 ) -> Iterator[tuple[int, int]]:
     port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": database_url,
         "EPOCHAL_WATCH_SLOTS": str(watch_slots),
+        "EPOCHAL_DB_POOL_SIZE": str(db_pool),
         "DJANGO_DEBUG": "false",  # DEBUG keeps every query in memory
         "EPOCHAL_API_RATE": "1000000000/hour",
         "LOG_LEVEL": "WARNING",
@@ -163,7 +164,10 @@ def gunicorn(
             if server.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"gunicorn did not come up on port {port}")
             time.sleep(0.2)
-        log(f"gunicorn pid {server.pid} on 127.0.0.1:{port}: {workers} workers x {threads} threads")
+        log(
+            f"gunicorn pid {server.pid} on 127.0.0.1:{port}: {workers} workers x {threads} "
+            f"threads, database pool {db_pool or 'off'}"
+        )
         yield port, server.pid
     finally:
         os.killpg(server.pid, signal.SIGTERM)
@@ -311,12 +315,15 @@ def fetch(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) 
 
 
 def conditional_load(
-    port: int, facts: dict[str, Any], *, clients: int, seconds: float, rate: float
-) -> list[float]:
-    """Clients re-asking for what they hold (If-None-Match): latencies of the 304s."""
+    port: int, master: int, facts: dict[str, Any], *, clients: int, seconds: float, rate: float
+) -> tuple[list[float], float]:
+    """Clients re-asking for what they hold (If-None-Match): latencies of the 304s, and the
+    server's CPU seconds over the phase — from when every client holds its ETags (their
+    first, full reads are not 304s and are not counted)."""
     latencies: list[float] = []
     lock = threading.Lock()
-    until = time.monotonic() + seconds
+    ready = threading.Barrier(clients + 1)
+    window = {"until": 0.0}
 
     def run(index: int) -> None:
         rng = random.Random(1000 + index)
@@ -324,13 +331,14 @@ def conditional_load(
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         paths = [path_for(e, facts, rng) for e in API_ENDPOINTS]
         tags = {p: fetch(conn, p, headers).getheader("ETag") for p in paths}
+        ready.wait()
         next_at = time.monotonic() + rng.random() / rate
         step = 0
         while True:
             now = time.monotonic()
             if next_at > now:
                 time.sleep(next_at - now)
-            if time.monotonic() >= until:
+            if time.monotonic() >= window["until"]:
                 break
             path = paths[step % len(paths)]
             step += 1
@@ -348,9 +356,13 @@ def conditional_load(
     threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(clients)]
     for thread in threads:
         thread.start()
+    window["until"] = time.monotonic() + 3600  # set for real once every client is ready
+    ready.wait(timeout=120)
+    cpu_before = server_cpu_s(master)
+    window["until"] = time.monotonic() + seconds
     for thread in threads:
         thread.join(timeout=seconds + 120)
-    return latencies
+    return latencies, server_cpu_s(master) - cpu_before
 
 
 def saturation(
@@ -465,6 +477,7 @@ def summarise(
         {
             "gunicorn_workers": args.workers,
             "gunicorn_threads": args.threads,
+            "db_pool": args.db_pool,
             "build_seconds": round(facts["build_s"], 1),
             "cpus": os.cpu_count(),
         }
@@ -486,6 +499,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--watch-slots", type=int, default=56, help="EPOCHAL_WATCH_SLOTS per worker"
+    )
+    parser.add_argument(
+        "--db-pool",
+        type=int,
+        default=8,
+        help="EPOCHAL_DB_POOL_SIZE per worker (PostgreSQL connections; 0: one per thread)",
     )
     parser.add_argument("--conditional-seconds", type=float, default=10.0)
     parser.add_argument(
@@ -512,7 +531,11 @@ def main(argv: list[str] | None = None) -> int:
         log(f"scratch database ready; building {args.snapshots:,} snapshots")
         facts = prepare(snapshots=args.snapshots, branches=args.branches, seed=args.seed)
         with gunicorn(
-            url, workers=args.workers, threads=args.threads, watch_slots=args.watch_slots
+            url,
+            workers=args.workers,
+            threads=args.threads,
+            watch_slots=args.watch_slots,
+            db_pool=args.db_pool,
         ) as (port, master):
             if args.warmup_seconds > 0:
                 load(
@@ -533,15 +556,14 @@ def main(argv: list[str] | None = None) -> int:
             cpu = server_cpu_s(master) - cpu_before
             load_after = os.getloadavg()[0]
             log("conditional reads (If-None-Match)")
-            cpu_304_before = server_cpu_s(master)
-            not_modified = conditional_load(
+            not_modified, cpu_304 = conditional_load(
                 port,
+                master,
                 facts,
                 clients=args.clients,
                 seconds=args.conditional_seconds,
                 rate=args.rate,
             )
-            cpu_304 = server_cpu_s(master) - cpu_304_before
             load_304 = os.getloadavg()[0]
             log("saturation steps")
             steps = saturation(

@@ -352,7 +352,9 @@ def plot(rows: list[EpochRow], setup: Setup, path: str) -> None:
     fig.update_yaxes(title_text="records/s", secondary_y=False)
     fig.update_yaxes(title_text="parallelism, backlog", secondary_y=True)
     if path.endswith(".html"):
-        fig.write_html(path, include_plotlyjs="cdn", full_html=True)
+        # plotly.js inlined (the copy in the pinned plotly package the dashboard serves too):
+        # the page opens offline and asks no CDN.
+        fig.write_html(path, include_plotlyjs=True, full_html=True)
     else:
         fig.write_image(path)
 

@@ -4,7 +4,8 @@ Columns: ``key`` string, ``value`` long, ``ts`` long. Keys are ``k`` + a zero-pa
 uniformly from ``[0, keys)`` (or, for the incremental part, every key once in epoch 1 and then a
 fresh random set of distinct keys per epoch), values
 uniformly from ``[0, 1_000_000)``. The random stream of epoch ``e`` is seeded by ``(seed, e)``
-alone, so a file's contents never depend on how many epochs were generated.
+alone, so a file's contents never depend on how many epochs were generated. Files are written
+in row groups of `ROW_GROUP_ROWS` rows.
 
 `EpochSet.key_ids(e)` / `values(e)` regenerate an epoch's arrays in memory without reading the
 file back: the reference checksums (bench/checksum.py) are computed from them, independently of
@@ -27,6 +28,9 @@ VALUE_RANGE = 1_000_000
 BASE_TS = 1_790_000_000_000  # ms; arbitrary fixed instant
 SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64()), ("ts", pa.int64())])
 SPARK_SCHEMA_DDL = "key STRING, value BIGINT, ts BIGINT"
+#: Rows per Parquet row group (a 1M-record epoch file has 8): the unit in which a reader can
+#: split a file — Spark's file scan and the engine's split routing both cut at row groups.
+ROW_GROUP_ROWS = 1 << 17
 
 
 def key_width(keys: int) -> int:
@@ -51,6 +55,7 @@ class EpochSet:
     # Incremental mode: epoch 1 writes every key once (a permutation of all keys); each later
     # epoch writes one record to each of `records` distinct keys chosen at random (e.g. 1%).
     incremental: bool = False
+    row_group_rows: int = ROW_GROUP_ROWS
     _key_table: pa.StringArray | None = field(default=None, repr=False)
     _key_crc: np.ndarray | None = field(default=None, repr=False)
 
@@ -116,7 +121,12 @@ class EpochSet:
             target = self.path(epoch)
             if not target.exists():
                 tmp = target.with_name(f".{target.name}.tmp")
-                pq.write_table(self.table(epoch), tmp, compression="snappy")
+                pq.write_table(
+                    self.table(epoch),
+                    tmp,
+                    compression="snappy",
+                    row_group_size=self.row_group_rows,
+                )
                 os.replace(tmp, target)
             os.utime(target, (base + epoch, base + epoch))
         return self

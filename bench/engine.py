@@ -42,7 +42,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import checksum as ck
-from bench.datagen import EpochSet
+from bench.datagen import ROW_GROUP_ROWS, EpochSet
+from bench.driver_model import driver_point, fit_driver_model
+from bench.engine_job import aggregate_job
 from bench.timing import PeakRss, VariantResult, log, percentile, tree_cpu_s, tree_rss_mb
 
 if TYPE_CHECKING:
@@ -58,6 +60,8 @@ PARTS = (
     "live_rescale",
     "recovery",
     "limit",
+    "restore",
+    "large_state",
 )
 DRIVER_MEMORY = "4g"  # every variant's driver, the engine's and the peers' (one session)
 PARALLELISM = 2
@@ -91,6 +95,10 @@ REQUIRED_KEYS = (
     "recovery_s",
     "recovery_ratio",
     "driver_model",
+    "restore_mb_s",
+    "disk_read_mb_s",
+    "restore_ratio",
+    "large_state",
 )
 
 
@@ -181,18 +189,11 @@ def running_aggregate(key: Any, records: list[dict[str, Any]], state: Any, ctx: 
 
 def _engine_job(name: str, epochs: EpochSet, python: bool) -> Any:
     from runners.engine import Job, sources
-    from runners.engine import aggregations as agg
 
+    if not python:
+        return aggregate_job(name, epochs.directory)
     source = sources.ParquetDirectory(str(epochs.directory), max_files_per_epoch=1)
-    if python:
-        return Job(name=name, source=source, key="key", process=running_aggregate, code_version="1")
-    return Job(
-        name=name,
-        source=source,
-        key="key",
-        aggregate=[agg.count(), agg.sum("value"), agg.max("value")],
-        code_version="1",
-    )
+    return Job(name=name, source=source, key="key", process=running_aggregate, code_version="1")
 
 
 def _store_object_bytes(store_url: str, namespace: str) -> int | None:
@@ -300,10 +301,13 @@ def _manifest_detail(repo: Any, snapshot_ids: list[str]) -> dict[str, list[Any]]
         "cache_misses": [],
         "output_bytes": [],
         "state_bytes_written": [],
+        "routing": [],
+        "tasks_wall_s": [],
     }
     for snapshot_id in snapshot_ids:
         manifest = repo.read_manifest(snapshot_id)
         stats = manifest.stats
+        detail["routing"].append(manifest.extra.get("routing"))
         for key in (
             "map_s",
             "reduce_s",
@@ -311,6 +315,7 @@ def _manifest_detail(repo: Any, snapshot_ids: list[str]) -> dict[str, list[Any]]
             "chunks_written",
             "cache_hits",
             "cache_misses",
+            "tasks_wall_s",
         ):
             detail[key].append(stats.get(key))
         out = sum(len(repo.get_object(o)) for o in manifest.outputs)
@@ -354,6 +359,8 @@ PART_VARIANTS = {
     "live_rescale": ("engine",),
     "recovery": ("engine",),
     "limit": ("engine",),
+    "restore": ("engine",),
+    "large_state": ("spark_builtin", "stateless", "engine"),
 }
 
 
@@ -377,6 +384,8 @@ class Bench:
         self.problems: list[str] = []
         self.results: dict[str, VariantResult] = {}
         self.extra: dict[str, Any] = {}  # figures of the engine-only parts
+        self.quick = False  # tiny sizes for the parts sized in their own modules
+        self.size_overrides: dict[str, int | None] = {}  # their --restore-… / --large-… flags
         self.datasets: dict[tuple[str, str], EpochSet] = {}
 
     def namespace(self, name: str) -> str:
@@ -512,6 +521,7 @@ class Bench:
         SparkContext's master is fixed), and at local[2] with the shuffle routing."""
         s = self.sizes
         runs = {"local1": ("local[1]", "auto"), "local2": ("local[2]", "auto")}
+        runs["local2_scan"] = ("local[2]", "scan")
         runs["local2_shuffle"] = ("local[2]", "shuffle")
         rates: dict[str, float | None] = {}
         for label, (master, routing) in runs.items():
@@ -526,14 +536,12 @@ class Bench:
             log(f"scale {label} ({master}, routing {routing}): {rates[label]} records/s")
         self.extra["scale_rps"] = rates
         self.extra["scale_1_to_2"] = _ratio(rates["local2"], rates["local1"])
+        self.extra["scale_1_to_2_scan"] = _ratio(rates["local2_scan"], rates["local1"])
         self.extra["scale_1_to_2_shuffle"] = _ratio(rates["local2_shuffle"], rates["local1"])
 
     def driver(self) -> None:
-        """The driver's own time per epoch as key groups M and tasks p grow: epoch wall time
-        less the task waves (ceil(p / cores) x the longest map + reduce task); a least-squares
-        fit t = a + b*M + c*p."""
-        import numpy as np
-
+        """The driver's time per epoch as key groups M and tasks p grow, and least-squares
+        fits t = a + b*M + c*p with R² (bench/driver_model.py)."""
         cores = self.spark.sparkContext.defaultParallelism
         s = self.sizes
         data = self.dataset(
@@ -547,33 +555,11 @@ class Bench:
                 max_parallelism=m, parallelism=p,
             )  # fmt: skip
             x = result.extra
-            waves = -(-p // cores)
-            scan = _scanned(self.routing, p)
-            task_s = _task_seconds(x, scan)
-            driver_s = [d - waves * t for d, t in zip(x["duration_s"], task_s, strict=True)][1:]
-            point = {  # epochs 2.. (the first creates the state)
-                "max_parallelism": m,
-                "parallelism": p,
-                "routing": "scan" if scan else "shuffle",
-                "driver_s": round(statistics.median(driver_s), 4),
-                "task_s": round(statistics.median(task_s[1:]), 4),
-                "task_waves": waves,
-                "epoch_s": round(result.steady_epoch_s, 4),
-                "commit_ms": round(statistics.median(x["commit_ms"][1:]), 1),
-            }
+            point = driver_point(m, p, cores, x, _task_seconds(x), result.steady_epoch_s)
             points.append(point)
             log(f"driver M={m} p={p}: {point}")
-        a = np.array([[1.0, pt["max_parallelism"], pt["parallelism"]] for pt in points])
-        t = np.array([pt["driver_s"] for pt in points])
-        (c0, c_m, c_p), *_ = np.linalg.lstsq(a, t, rcond=None)
         self.extra["driver_points"] = points
-        self.extra["driver_model"] = {
-            "formula": "driver_s = a + b*M + c*p",
-            "a_s": round(float(c0), 5),
-            "b_s_per_key_group": float(f"{c_m:.3g}"),
-            "c_s_per_task": float(f"{c_p:.3g}"),
-            "driver_s_at_1000_tasks_m32768": round(float(c0 + c_m * 32768 + c_p * 1000), 3),
-        }
+        self.extra["driver_model"] = fit_driver_model(points)
 
     def live_rescale(self) -> None:
         """Rescale 2 -> 3 -> 2 through the branch's control document while the job runs;
@@ -631,6 +617,37 @@ class Bench:
         self.results[result.name] = result
         log(result.summary())
         self.check(result, ck.reference_running(data), "reference")
+
+    def restore(self) -> None:
+        """A restart-rescale's restore rate vs the disk's bandwidth (bench/engine_restore.py)."""
+        from bench import engine_restore as part
+
+        sizes = part.QUICK_SIZES if self.quick else part.DEFAULT_SIZES
+        sizes = _overridden(sizes, self.size_overrides, "restore_")
+        figures = part.measure(
+            self.spark, self.work, self.store_url, self.namespace("restore"), sizes
+        )
+        self.problems.extend(figures.pop("restore_problems", []))
+        self.extra.update(figures)
+
+    def large_state(self) -> None:
+        """10M keys at M = 32,768 against the fair peers (bench/engine_large_state.py)."""
+        from bench import engine_large_state as part
+
+        sizes = part.QUICK_SIZES if self.quick else part.DEFAULT_SIZES
+        self.extra.update(part.measure(self, _overridden(sizes, self.size_overrides, "large_")))
+
+
+def _overridden(sizes: Any, overrides: dict[str, int | None], prefix: str) -> Any:
+    """A part's sizes dataclass with the given `--<prefix>field` flags applied."""
+    import dataclasses
+
+    changes = {
+        f.name: overrides[prefix + f.name]
+        for f in dataclasses.fields(sizes)
+        if overrides.get(prefix + f.name) is not None
+    }
+    return dataclasses.replace(sizes, **changes)
 
 
 def recovery_job(directory: str) -> Any:
@@ -839,9 +856,7 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
         "ratio_python_vs_spark_tws_row": _ratio(rps("engine_python"), rps("spark_tws_row")),
         "limit_rps": rps("polars_limit"),
         "ratio_vs_limit": _ratio(rps("engine"), rps("polars_limit")),
-        "engine_phase_breakdown": _phase_breakdown(
-            r.get("engine"), r.get("polars_limit"), bench.routing
-        ),
+        "engine_phase_breakdown": _phase_breakdown(r.get("engine"), r.get("polars_limit")),
         "incremental_keys": s.incremental_keys,
         "incremental_keys_touched_per_epoch": round(s.incremental_keys * s.incremental_fraction),
         "bytes_written_per_epoch": round(bytes_written) if bytes_written is not None else None,
@@ -888,6 +903,10 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
         "live_rescale_gap_ratio",
         "recovery_s",
         "recovery_ratio",
+        "restore_mb_s",
+        "disk_read_mb_s",
+        "restore_ratio",
+        "large_state",
     ):
         report[key] = None  # a part not selected: its figures stay null
     report["driver_model"] = None
@@ -897,20 +916,16 @@ def build_report(bench: Bench, parts: list[str], peak: PeakRss, extra: dict[str,
     return report
 
 
-def _scanned(routing: str, parallelism: int) -> bool:
-    """Whether the runner routed by scanning (its `auto` rule: scan for p <= 2)."""
-    return routing == "scan" or (routing == "auto" and parallelism <= 2)
-
-
-def _task_seconds(detail: dict[str, Any], scan: bool) -> list[float]:
-    """Per epoch, the task time on the critical path: with the scan routing the slowest task's
-    `reduce_s` (which includes its `map_s`), with the shuffle the slowest map + slowest reduce."""
-    pairs = zip(detail["map_s"], detail["reduce_s"], strict=True)
-    return [float(r or 0) + (0.0 if scan else float(m or 0)) for m, r in pairs]
+def _task_seconds(detail: dict[str, Any]) -> list[float]:
+    """Per epoch, the task time on the critical path: with the scan routing (the manifest's
+    `extra.routing`) the slowest task's `reduce_s` (which includes its `map_s`), with an
+    exchange (split, shuffle) the slowest map + slowest reduce."""
+    rows = zip(detail["map_s"], detail["reduce_s"], detail["routing"], strict=True)
+    return [float(r or 0) + (0.0 if how == "scan" else float(m or 0)) for m, r, how in rows]
 
 
 def _phase_breakdown(
-    engine: VariantResult | None, limit: VariantResult | None, routing: str
+    engine: VariantResult | None, limit: VariantResult | None
 ) -> dict[str, float] | None:
     """Where one steady engine epoch goes (median over epochs 2..n), beside the limit's epoch.
 
@@ -928,7 +943,7 @@ def _phase_breakdown(
         return statistics.median(rest)
 
     duration = med(x["duration_s"])
-    tasks = med(_task_seconds(x, _scanned(routing, max(x["parallelism"]))))
+    tasks = med(_task_seconds(x))
     process = med(x["process_s"])
     commit = med(x["commit_ms"]) / 1000
     out = {
@@ -967,6 +982,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--incremental-keys", type=int)
     p.add_argument("--incremental-epochs", type=int)
     p.add_argument("--parts", default=",".join(PARTS), help="comma list of " + ", ".join(PARTS))
+    for flag, what in PART_SIZE_FLAGS.items():
+        p.add_argument(f"--{flag}", type=int, help=what)
     p.add_argument("--work-dir", help="data, checkpoints, default store (kept when given)")
     p.add_argument("--store-url", help="snapshot store URL (default: file://<work-dir>/store)")
     p.add_argument("--no-warm", action="store_true", help="skip the warm-up (debugging only)")
@@ -992,6 +1009,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--variants: unknown {sorted(variants - set(VARIANTS))}")
     args.variants = [x for x in VARIANTS if x in variants]
     return args
+
+
+PART_SIZE_FLAGS = {
+    "restore-keys": "restore part: keys of the state restored (default 28,000,000)",
+    "restore-touched": "restore part: distinct keys of the restored epoch (default 200,000)",
+    "large-keys": "large_state part: keys (default 10,000,000)",
+    "large-records": "large_state part: records of each epoch after the first (1,000,000)",
+    "large-epochs": "large_state part: epochs (default 3)",
+    "large-max-parallelism": "large_state part: key groups M (default 32,768)",
+}
 
 
 def sizes_from(args: argparse.Namespace) -> Sizes:
@@ -1091,6 +1118,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"(excluded from every rate); tree RSS {tree_rss_mb():.0f} MB"
             )
             bench = Bench(spark, work, store_url, sizes, args.variants, routing=args.routing)
+            bench.quick = args.quick
+            bench.size_overrides = {
+                f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f in PART_SIZE_FLAGS
+            }
             if not args.no_warm:
                 peak.phase("warm")
                 bench.warm(args.parts)
@@ -1110,6 +1141,7 @@ def main(argv: list[str] | None = None) -> int:
                     "spark_version": spark.version,
                     "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "quick": args.quick,
+                    "row_group_rows": ROW_GROUP_ROWS,
                     **_code_version(),
                 }
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import io
 import pstats
 import tempfile
@@ -49,15 +50,16 @@ def _plan(job: Any, store_url: str, namespace: str, epoch: int, key_groups: dict
 
 
 def _run_epoch(
-    plan: Any, splits: list, profile: cProfile.Profile | None = None, *, scan: bool = True
+    plan: Any, splits: list, profile: cProfile.Profile | None = None, *, route: str = "scan"
 ) -> dict:
-    """Run every task of one epoch in this process, the way the runner routes it.
+    """Run every task of one epoch in this process, routed like the runner routes it.
 
-    ``scan`` (the runner's choice for p <= 2): each task reads every split and keeps its own
-    key groups, one stage. Otherwise: map tasks (one per split), shares routed, reduce tasks.
-    Returns timings and the new key groups.
+    ``scan``: each task reads every split and keeps its own key groups, one stage. ``split``:
+    one map task per read piece (rows, not partials), shares routed, reduce tasks. ``shuffle``:
+    map tasks (one per split, partials), shares routed, reduce tasks. Returns timings and the
+    new key groups.
     """
-    from runners.engine import tasks
+    from runners.engine import routing, tasks
 
     timings: dict[str, Any] = {"map_s": [], "reduce_s": [], "task_s": [], "bytes_written": 0}
     key_groups = dict(plan.key_groups)
@@ -72,7 +74,7 @@ def _run_epoch(
         timings["task_s"].append(time.perf_counter() - t0)
         return out
 
-    if scan and hasattr(tasks, "scan_partition"):
+    if route == "scan":
         timings["routing"] = "scan"
         for task in range(plan.parallelism):
             (result,) = run(tasks.scan_partition, plan, task, splits)
@@ -81,14 +83,22 @@ def _run_epoch(
             key_groups.update(result.key_groups)
             timings["bytes_written"] += result.bytes_written
     else:
-        timings["routing"] = "shuffle"
+        timings["routing"] = route
+        partial = route == "shuffle"
         shares: dict[int, list] = defaultdict(list)
-        for index, split in enumerate(splits):
-            for task, share in run(tasks.map_split, plan, index, split):
+        if partial:
+            inputs = [(i, s, 0, 0) for i, s in enumerate(splits)]
+        else:
+            pieces = routing.pieces(plan.job.source, splits, plan.parallelism)
+            inputs = [(q.split_index, q.split, q.part, q.first_row) for q in pieces]
+        for index, split, part, first in inputs:
+            mapper = functools.partial(tasks.map_split, part=part, first_row=first, partial=partial)
+            for task, share in run(mapper, plan, index, split):
                 shares[task].append((task, share))
         timings["map_s"] = list(timings["task_s"])
         for task in range(plan.parallelism):
-            (result,) = run(tasks.reduce_partition, plan, task, shares[task])
+            reducer = functools.partial(tasks.reduce_partition, partial=partial)
+            (result,) = run(reducer, plan, task, shares[task])
             timings["reduce_s"].append(timings["task_s"][-1])
             key_groups.update(result.key_groups)
             timings["bytes_written"] += result.bytes_written
@@ -111,7 +121,7 @@ def _top(profile: cProfile.Profile, n: int) -> str:
 def _map_stages(job: Any, splits: list, task: int, p: int) -> list[tuple[str, float]]:
     """The first half of a scan task, step by step (mirrors tasks.scan_partition)."""
     from runners.engine.hashing import key_groups, owners
-    from runners.engine.tasks import KG, _partial, _valid_rows
+    from runners.engine.tasks import KG, _partial, _valid_rows, _with_seq
 
     steps: list[tuple[str, float]] = []
     t = time.perf_counter()
@@ -123,7 +133,7 @@ def _map_stages(job: Any, splits: list, task: int, p: int) -> list[tuple[str, fl
         t = now
 
     tables = []
-    for split in splits:
+    for index, split in enumerate(splits):
         data = job.source.read(split)
         lap("read the epoch's Parquet (every task reads all of it)")
         table, _ = _valid_rows(data.table, job.key_columns, split)
@@ -132,6 +142,7 @@ def _map_stages(job: Any, splits: list, task: int, p: int) -> list[tuple[str, fl
         groups = key_groups([table.column(c) for c in job.key_columns], 128)
         lap("murmur3 key group of every record (numpy)")
         mine = owners(groups, p, 128) == task
+        table = _with_seq(table, index)
         table = table.append_column(KG, pa.array(groups, type=pa.int32())).filter(pa.array(mine))
         lap("keep this task's key groups (filter)")
         tables.append(table)
@@ -147,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--epochs", type=int, default=3, help="profiled epoch = the last")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--routing", default="scan", choices=("scan", "split", "shuffle"))
     parser.add_argument("--work-dir")
     args = parser.parse_args(argv)
 
@@ -169,14 +181,14 @@ def main(argv: list[str] | None = None) -> int:
         plan = _plan(job, store_url, namespace, epoch, key_groups, 2)
         last = epoch == args.epochs
         if not last:
-            t = _run_epoch(plan, splits)
+            t = _run_epoch(plan, splits, route=args.routing)
             print(
                 f"epoch {epoch} ({t['routing']}): read+route+partial {_r(t['map_s'])} s, "
                 f"merge+write {_r(t['reduce_s'])} s per task (setting up state)"
             )
         else:
             profile = cProfile.Profile()
-            t = _run_epoch(plan, splits, profile)
+            t = _run_epoch(plan, splits, profile, route=args.routing)
             print(
                 f"epoch {epoch} (profiled; {t['routing']} routing, {len(splits)} split(s), "
                 f"{plan.parallelism} tasks run one after the other here): per task "

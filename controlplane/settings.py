@@ -111,6 +111,20 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 30,
     }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+# PostgreSQL: with EPOCHAL_DB_POOL_SIZE > 0 each process keeps a pool of that many connections
+# (psycopg_pool) that its threads borrow per request instead of one persistent connection per
+# thread: a web server's many threads (most holding waiting watches, which give their
+# connection back) then need only as many connections as requests run at once. The web
+# server sets it (helm/, bench.api); workers and commands keep one connection per thread.
+EPOCHAL_DB_POOL_SIZE = config.env_int("EPOCHAL_DB_POOL_SIZE", 0)
+if DATABASES["default"]["ENGINE"].endswith("postgresql") and EPOCHAL_DB_POOL_SIZE > 0:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps them; Django must not
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, EPOCHAL_DB_POOL_SIZE),
+        "max_size": EPOCHAL_DB_POOL_SIZE,
+        "timeout": 10,  # a request waits this long for a free connection, then fails (500)
+        "max_idle": 300,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Sign-ins: django-axes locks a username and address out after EPOCHAL_LOGIN_FAILURE_LIMIT
@@ -190,6 +204,10 @@ CELERY_BEAT_SCHEDULE = {
     "reconcile": {
         "task": "epochal.reconcile",
         "schedule": float(config.env("EPOCHAL_RECONCILE_INTERVAL_S", "5")),
+    },
+    "watch-runs": {
+        "task": "epochal.watch_runs",
+        "schedule": float(config.env("EPOCHAL_RUN_WATCH_INTERVAL_S", "1")),
     },
     "autoscale": {
         "task": "epochal.autoscale",

@@ -20,6 +20,7 @@ from snapshots_store.errors import (
 )
 from snapshots_store.manifest import Manifest
 from snapshots_store.names import REFS_PREFIX, check_ref_name
+from snapshots_store.packs import split_ref
 from snapshots_store.reflog import read_history
 from snapshots_store.refs import RefDocument, parse_ref_document
 
@@ -110,6 +111,14 @@ class _Checker:
         self.reported.add((oid, problem))
         return problem, detail if first else ""
 
+    def _member(self, pack_id: str, key_group: int) -> tuple[str | None, str]:
+        """A sound pack (every member verified by `_object`) lacking the named member."""
+        if key_group in self.repo.chunks.index(pack_id).members:
+            return None, ""
+        first = (f"{pack_id}:{key_group}", "missing-object") not in self.reported
+        self.reported.add((f"{pack_id}:{key_group}", "missing-object"))
+        return "missing-object", f"has no member for key group {key_group}" if first else ""
+
     def check_refs(self) -> list[tuple[str, str]]:
         targets: list[tuple[str, str]] = []
         for info in self.repo.backend.list(REFS_PREFIX):
@@ -189,14 +198,17 @@ class _Checker:
                     )
             for group, chunks in manifest.key_groups.items():
                 for chunk in chunks:
-                    problem, detail = self._object(chunk, "chunk")
+                    oid, member = split_ref(chunk)
+                    problem, detail = self._object(oid, "chunk" if member is None else "pack")
+                    if problem is None and member is not None:
+                        problem, detail = self._member(oid, member)
                     if problem is not None and detail:
                         self._add(
                             problem,
                             f"snapshot {sid}: key group {group} chunk {chunk} {detail}",
                             snapshot_id=sid,
                             key_group=group,
-                            object_id=chunk,
+                            object_id=oid,
                         )
             for output in manifest.outputs:
                 problem, detail = self._object(output, "output")

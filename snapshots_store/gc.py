@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from snapshots_store.codec import format_timestamp, parse_timestamp
 from snapshots_store.errors import StoreError
 from snapshots_store.objects import OBJECTS_PREFIX, id_from_key
+from snapshots_store.packs import ref_objects
 from snapshots_store.reflog import (
     ReflogEntry,
     logged_seqs,
@@ -155,7 +156,7 @@ def mark(repo: Repository, live: set[str], logged: set[str]) -> tuple[set[str], 
             ) from exc
         reachable.add(snapshot_id)
         for chunks in manifest.key_groups.values():
-            reachable.update(chunks)
+            reachable.update(ref_objects(chunks))
         reachable.update(manifest.outputs)
         queue.extend(p for p in manifest.parents if p not in reachable)
     return reachable, gone

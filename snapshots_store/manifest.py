@@ -17,8 +17,12 @@ from snapshots_store.codec import JSON, canonical_json, parse_timestamp, utc_now
 from snapshots_store.errors import InvalidNameError, MalformedManifestError
 from snapshots_store.names import check_branch_name
 from snapshots_store.objects import is_object_id
+from snapshots_store.packs import is_chunk_ref, is_packed
 
-FORMAT: Final = 1
+#: format 2 adds packed chunk refs (``<pack id>:<key group>``) to key-group chains; a manifest
+#: without them is written as format 1, byte for byte what earlier versions wrote
+FORMAT: Final = 2
+FORMATS: Final = (1, 2)
 MAX_PARALLELISM_LIMIT: Final = 32768
 COMMIT_KINDS: Final = frozenset(
     {"initial", "epoch", "rescale", "rollback", "fork", "migration", "savepoint"}
@@ -56,7 +60,8 @@ class Manifest:
     stats: Mapping[str, int | float] = field(default_factory=dict)
     provenance: Mapping[str, str] = field(default_factory=dict)
     extra: Mapping[str, JSON] = field(default_factory=dict)
-    format: int = FORMAT
+    #: 0 = the lowest format that holds the manifest (1 unless a chain names a pack member)
+    format: int = 0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -103,9 +108,9 @@ class Manifest:
         missing = sorted(expected - set(doc))
         if missing:
             raise MalformedManifestError(missing[0], "is missing", snapshot_id)
-        if doc["format"] != FORMAT or not _is_int(doc["format"]):
+        if doc["format"] not in FORMATS or not _is_int(doc["format"]):
             raise MalformedManifestError(
-                "format", f"is {doc['format']!r}; this library reads format {FORMAT}", snapshot_id
+                "format", f"is {doc['format']!r}; this library reads formats {FORMATS}", snapshot_id
             )
         for name in ("parents", "outputs"):
             if not isinstance(doc[name], list):
@@ -199,9 +204,21 @@ def _ids(name: str, value: object, *, unique: bool) -> tuple[str, ...]:
     return items
 
 
+def _refs(name: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise _fail(name, "must be a list of chunk refs")
+    items = tuple(value)
+    for item in items:
+        if not is_chunk_ref(item):
+            raise _fail(
+                name, f"contains {item!r}, not a chunk ref (object id or <pack id>:<key group>)"
+            )
+    return items
+
+
 def _validate(m: Manifest) -> None:
-    if not _is_int(m.format) or m.format != FORMAT:
-        raise _fail("format", f"is {m.format!r}; this library writes format {FORMAT}")
+    if not _is_int(m.format) or m.format not in (0, *FORMATS):
+        raise _fail("format", f"is {m.format!r}; this library writes formats {FORMATS}")
     _set(m, "parents", _ids("parents", m.parents, unique=True))
     try:
         check_branch_name(m.branch)
@@ -217,6 +234,11 @@ def _validate(m: Manifest) -> None:
         raise _fail("parallelism", f"is {m.parallelism!r}; must be 1..max_parallelism")
     _set(m, "offsets", _offsets(m.offsets))
     _set(m, "key_groups", _key_groups(m.key_groups, m.max_parallelism))
+    packed = next((g for g, refs in m.key_groups.items() if any(map(is_packed, refs))), None)
+    if m.format == 0:
+        _set(m, "format", 1 if packed is None else 2)
+    elif m.format == 1 and packed is not None:
+        raise _fail(f"key_groups.{packed}", "names a pack member, which needs format 2")
     _set(m, "outputs", _ids("outputs", m.outputs, unique=False))
     for name in ("code_version", "config_hash"):
         if not isinstance(getattr(m, name), str):
@@ -278,7 +300,7 @@ def _key_groups(value: object, max_parallelism: int) -> dict[int, tuple[str, ...
             raise _fail("key_groups", f"has key group {group!r}; must be 0..max_parallelism-1")
         if group in result:
             raise _fail("key_groups", f"lists key group {group} twice")
-        items = _ids(f"key_groups.{group}", chunks, unique=False)
+        items = _refs(f"key_groups.{group}", chunks)
         if not items:
             raise _fail(f"key_groups.{group}", "is empty; omit a key group with empty state")
         result[group] = items

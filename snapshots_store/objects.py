@@ -4,21 +4,32 @@ An object's id is ``sha256(kind + b" " + len + b"\\0" + payload)`` over the unco
 payload; the stored bytes are ``b"EPO1 <kind> <len>\\n" + zstd(payload)``. Reading always
 decompresses and re-hashes, so a flipped bit or a truncated file raises
 `CorruptObjectError` instead of returning wrong bytes.
+
+A *pack* holds the state chunks of many key groups in one object: ``b"EPO1 pack <index len>
+<compressed index len>\\n" + zstd(index) + zstd(member 0) + zstd(member 1) …``. Its payload,
+and so its id, is the index (canonical JSON naming each member's key group, byte range and
+chunk id), which commits to every member's content: a reader verifies the index against the
+pack id and each member it reads against its chunk id, without reading the other members.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
 import zstandard
 
 from snapshots_store.backends.base import Backend, KeyInfo
+from snapshots_store.codec import canonical_json
 from snapshots_store.errors import CorruptObjectError, InvalidNameError, ObjectNotFoundError
 
-KINDS: Final = frozenset({"chunk", "output", "manifest", "blob"})
+KINDS: Final = frozenset({"chunk", "output", "manifest", "blob", "pack"})
+PACK: Final = "pack"
 MAGIC: Final = b"EPO1"
 OBJECTS_PREFIX: Final = "objects/"
 _ID_RE: Final = re.compile(r"[0-9a-f]{64}")
@@ -80,19 +91,8 @@ def encode(kind: str, payload: bytes, *, level: int = 3) -> bytes:
     return header + compressor.compress(payload)
 
 
-def decode(oid: str, data: bytes) -> tuple[str, bytes]:
-    """(kind, payload) of stored bytes, verified against `oid`; CorruptObjectError otherwise."""
-    newline = data.find(b"\n", 0, _MAX_HEADER)
-    if newline < 0:
-        raise CorruptObjectError(oid, "no object header (truncated or not an object)")
-    fields = data[:newline].split(b" ")
-    if len(fields) != 3 or fields[0] != MAGIC:
-        raise CorruptObjectError(oid, f"bad object header {data[:newline]!r}")
-    kind = fields[1].decode("ascii", "replace")
-    if kind not in KINDS or not fields[2].isdigit():
-        raise CorruptObjectError(oid, f"bad object header {data[:newline]!r}")
-    length = int(fields[2])
-    body = data[newline + 1 :]
+def _decompress(oid: str, body: bytes, length: int) -> bytes:
+    """The payload of one zstd frame that must declare and hold exactly `length` bytes."""
     if len(body) > 4 and body[4] & _FHD_SPARE_BITS:
         # Decoders ignore these bits, so a flip there would decode fine: refuse it anyway,
         # the stored bytes are not what was written.
@@ -111,10 +111,145 @@ def decode(oid: str, data: bytes) -> tuple[str, bytes]:
         raise CorruptObjectError(oid, f"{len(stream.unused_data)} stray bytes after the payload")
     if len(payload) != length:
         raise CorruptObjectError(oid, f"payload is {len(payload)} bytes, header says {length}")
+    return payload
+
+
+def decode(oid: str, data: bytes) -> tuple[str, bytes]:
+    """(kind, payload) of stored bytes, verified against `oid`; CorruptObjectError otherwise.
+
+    A pack's payload is its index; every member is verified too."""
+    newline = data.find(b"\n", 0, _MAX_HEADER)
+    if newline < 0:
+        raise CorruptObjectError(oid, "no object header (truncated or not an object)")
+    if data.startswith(b"%s %s " % (MAGIC, PACK.encode())):
+        index = pack_index(oid, data)
+        end = index.data_start
+        for member in index.members.values():
+            end = index.data_start + member.offset + member.stored
+            member_payload(index, member, data[index.data_start + member.offset : end])
+        if len(data) != end:
+            raise CorruptObjectError(oid, f"{len(data) - end} stray bytes after the last member")
+        return PACK, index.payload
+    fields = data[:newline].split(b" ")
+    if len(fields) != 3 or fields[0] != MAGIC:
+        raise CorruptObjectError(oid, f"bad object header {data[:newline]!r}")
+    kind = fields[1].decode("ascii", "replace")
+    if kind not in KINDS or kind == PACK or not fields[2].isdigit():
+        raise CorruptObjectError(oid, f"bad object header {data[:newline]!r}")
+    payload = _decompress(oid, data[newline + 1 :], int(fields[2]))
     actual = object_id(kind, payload)
     if actual != oid:
         raise CorruptObjectError(oid, f"content hashes to {actual}")
     return kind, payload
+
+
+# -- packs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PackMember:
+    """Where one key group's chunk lies in a pack: `offset` from the first member byte,
+    `stored` compressed bytes, `size` payload bytes, `chunk_id` the payload's chunk id."""
+
+    key_group: int
+    offset: int
+    stored: int
+    size: int
+    chunk_id: str
+
+
+@dataclass(frozen=True)
+class PackIndex:
+    """A pack's verified index: members by key group; `data_start` is the stored offset of
+    the first member byte."""
+
+    pack_id: str
+    data_start: int
+    members: dict[int, PackMember]
+    payload: bytes
+
+    @property
+    def stored_size(self) -> int:
+        return self.data_start + sum(m.stored for m in self.members.values())
+
+
+def encode_pack(members: Mapping[int, bytes], *, level: int = 3) -> tuple[str, bytes]:
+    """(pack id, stored bytes) of key-group chunk payloads (one member per key group)."""
+    if not members:
+        raise ValueError("a pack holds at least one chunk")
+    compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+    frames: list[bytes] = []
+    rows: list[list[int | str]] = []
+    offset = 0
+    for key_group in sorted(members):
+        payload = bytes(members[key_group])
+        frame = compressor.compress(payload)
+        rows.append([key_group, offset, len(frame), len(payload), object_id("chunk", payload)])
+        frames.append(frame)
+        offset += len(frame)
+    index = canonical_json({"members": rows})
+    zindex = compressor.compress(index)
+    header = b"%s %s %d %d\n" % (MAGIC, PACK.encode(), len(index), len(zindex))
+    return object_id(PACK, index), b"".join([header, zindex, *frames])
+
+
+def pack_head_length(oid: str, head: bytes) -> int:
+    """Stored bytes from the start of a pack to its first member (header + index), read from
+    its first bytes (at least the header line)."""
+    newline = head.find(b"\n", 0, _MAX_HEADER)
+    fields = head[:newline].split(b" ") if newline >= 0 else []
+    if (
+        len(fields) != 4
+        or fields[:2] != [MAGIC, PACK.encode()]
+        or not all(f.isdigit() for f in fields[2:])
+    ):
+        raise CorruptObjectError(oid, f"bad pack header {head[: max(newline, 0) or 32]!r}")
+    return newline + 1 + int(fields[3])
+
+
+def pack_index(oid: str, head: bytes) -> PackIndex:
+    """The verified index of a pack from its stored bytes up to `pack_head_length` (or more)."""
+    data_start = pack_head_length(oid, head)
+    if len(head) < data_start:
+        raise CorruptObjectError(oid, "the pack is truncated inside its index")
+    newline = head.index(b"\n")
+    length = int(head[:newline].split(b" ")[2])
+    index = _decompress(oid, head[newline + 1 : data_start], length)
+    if object_id(PACK, index) != oid:
+        raise CorruptObjectError(oid, f"pack index hashes to {object_id(PACK, index)}")
+    try:
+        rows = json.loads(index)["members"]
+        listed = [PackMember(int(g), int(o), int(st), int(sz), str(c)) for g, o, st, sz, c in rows]
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptObjectError(oid, f"pack index is malformed ({exc})") from None
+    members: dict[int, PackMember] = {}
+    end = 0
+    for member in listed:  # written by encode_pack: sorted by key group, back to back
+        if member.key_group in members or member.offset != end or member.stored <= 0:
+            raise CorruptObjectError(oid, f"pack index lists member {member} out of order")
+        if not is_object_id(member.chunk_id):
+            raise CorruptObjectError(oid, f"pack index names chunk {member.chunk_id!r}")
+        members[member.key_group] = member
+        end += member.stored
+    if not members:
+        raise CorruptObjectError(oid, "pack index lists no member")
+    return PackIndex(oid, data_start, members, index)
+
+
+def member_payload(index: PackIndex, member: PackMember, frame: bytes) -> bytes:
+    """A member's verified payload from its stored bytes."""
+    what = f"the member for key group {member.key_group}"
+    if len(frame) != member.stored:
+        raise CorruptObjectError(
+            index.pack_id, f"{what} is {len(frame)} bytes, the index says {member.stored}"
+        )
+    try:
+        payload = _decompress(index.pack_id, frame, member.size)
+    except CorruptObjectError as exc:
+        raise CorruptObjectError(index.pack_id, f"{what}: {exc.detail}") from None
+    if object_id("chunk", payload) != member.chunk_id:
+        raise CorruptObjectError(index.pack_id, f"{what} does not hash to {member.chunk_id}")
+    return payload
 
 
 class ObjectStore:
@@ -126,15 +261,26 @@ class ObjectStore:
 
     def put(self, kind: str, payload: bytes) -> str:
         """Store a payload; idempotent, returns its id."""
+        if kind == PACK:
+            raise InvalidNameError(kind, "packs are written with put_pack (their members)")
         oid = object_id(kind, payload)
+        self._write(oid, lambda: encode(kind, payload, level=self.compression_level))
+        return oid
+
+    def put_pack(self, members: Mapping[int, bytes]) -> str:
+        """Store key-group chunk payloads as one pack object (one write); returns its id."""
+        oid, data = encode_pack(members, level=self.compression_level)
+        self._write(oid, lambda: data)
+        return oid
+
+    def _write(self, oid: str, encoded: Callable[[], bytes]) -> None:
         key = object_key(oid)
         info = self.backend.stat(key)
         if info is not None and datetime.now(UTC) - info.mtime < REFRESH_AFTER:
-            return oid
+            return
         # Unconditional: a key's bytes are fixed by its content, so racing writers write the
         # same value; rewriting an old object refreshes the mtime gc's grace period looks at.
-        self.backend.put(key, encode(kind, payload, level=self.compression_level))
-        return oid
+        self.backend.put(key, encoded())
 
     def get(self, oid: str, *, context: str = "") -> tuple[str, bytes]:
         """(kind, verified payload) of an object."""

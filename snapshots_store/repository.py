@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +34,7 @@ from snapshots_store.errors import (
 from snapshots_store.manifest import Manifest
 from snapshots_store.names import check_branch_name, check_namespace, check_ref_name
 from snapshots_store.objects import ObjectStore, check_kind, check_object_id, is_object_id
+from snapshots_store.packs import PACK_BYTES, ChunkReader, chunk_ref, plan_packs
 from snapshots_store.reflog import ReflogEntry, read_history
 from snapshots_store.refs import RefStore, RefValue
 
@@ -66,6 +67,7 @@ class Repository:
         self.objects = ObjectStore(backend)
         self.refs = RefStore(backend)
         self.control = ControlStore(backend)
+        self.chunks = ChunkReader(backend, self.objects)
         self._custom_clock = clock
         self._clock = clock or _utc_now
         self._manifests: OrderedDict[str, Manifest] = OrderedDict()
@@ -118,6 +120,32 @@ class Repository:
 
     def has_object(self, object_id: str) -> bool:
         return self.objects.has(check_object_id(object_id))
+
+    # -- key-group chunks ------------------------------------------------------------------
+
+    def put_chunks(
+        self, payloads: Mapping[int, bytes], *, pack_bytes: int = PACK_BYTES
+    ) -> dict[int, str]:
+        """Store key-group chunk payloads as packs of at most `pack_bytes` payload bytes (one
+        durable write per pack); returns each key group's chunk ref ``<pack id>:<kg>``."""
+        refs: dict[int, str] = {}
+        sizes = {kg: len(payload) for kg, payload in payloads.items()}
+        for groups in plan_packs(sizes, pack_bytes):
+            pack_id = self.objects.put_pack({kg: payloads[kg] for kg in groups})
+            refs.update((kg, chunk_ref(pack_id, kg)) for kg in groups)
+        return refs
+
+    def read_chunk(self, ref: str) -> bytes:
+        """The verified payload of one chunk ref (a loose chunk id or ``<pack id>:<kg>``)."""
+        return self.chunks.read([ref])[0]
+
+    def read_chunks(self, refs: Sequence[str]) -> list[bytes]:
+        """Verified payloads of chunk refs, in order, with few long reads (see packs.py)."""
+        return self.chunks.read(refs)
+
+    def chunk_size(self, ref: str) -> int | None:
+        """Stored bytes of one chunk ref; None when its object is missing."""
+        return self.chunks.stored_size(ref)
 
     # -- manifests -------------------------------------------------------------------------
 
@@ -366,12 +394,8 @@ class Repository:
         """Key groups added/changed/removed (stored sizes) and offsets advanced from a to b."""
         old_id, new_id = self.resolve(a), self.resolve(b)
         return diff_manifests(
-            old_id, self.read_manifest(old_id), new_id, self.read_manifest(new_id), self._size
+            old_id, self.read_manifest(old_id), new_id, self.read_manifest(new_id), self.chunk_size
         )
-
-    def _size(self, object_id: str) -> int | None:
-        info = self.objects.stat(object_id)
-        return None if info is None else info.size
 
     # -- control documents -----------------------------------------------------------------
 

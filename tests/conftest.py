@@ -119,6 +119,19 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(autouse=True)
+def _no_change_listener_left() -> Iterator[None]:
+    """A watch starts this process's change listener (controlplane/changes/feed.py); its
+    connection would keep the test database from being dropped, so it ends with the test."""
+    yield
+    from django.conf import settings
+
+    if settings.configured:
+        from controlplane.changes import feed
+
+        feed.stop_listening()
+
+
+@pytest.fixture(autouse=True)
 def _fresh_local_cache() -> Iterator[None]:
     """Login lockouts and throttles count in the cache; the in-process default (locmem) is
     emptied before each test so no test inherits another's failed sign-ins."""

@@ -68,3 +68,23 @@ def test_the_checks_see_an_outside_reference() -> None:
         assert OUTSIDE.search(bad), bad
     for fine in ("murmur3_x86_32 (seed 0, unsigned)", "an issue with 3 fields"):
         assert not OUTSIDE.search(fine), fine
+
+
+REMOTE_ASSET = re.compile(r"<(?:script|link|img)\b[^>]*\b(?:src|href)=[\"']?(?:https?:)?//", re.I)
+
+
+def test_no_page_in_the_repository_loads_a_script_or_style_from_the_network() -> None:
+    remote = [
+        f"{path.relative_to(ROOT)}: {match.group(0)[:120]}"
+        for path in _files()
+        if path.suffix == ".html"
+        for match in REMOTE_ASSET.finditer(path.read_text(errors="replace"))
+    ]
+    assert not remote, "pages that would download at view time:\n" + "\n".join(remote)
+
+
+def test_the_remote_asset_check_sees_a_cdn_script() -> None:
+    assert REMOTE_ASSET.search('<script charset="utf-8" src="https://cdn.plot.ly/plotly.min.js">')
+    assert REMOTE_ASSET.search("<link rel=stylesheet href=//fonts.example.com/a.css>")
+    assert not REMOTE_ASSET.search("<script src=\"{% static 'web/vendor/plotly.min.js' %}\">")
+    assert not REMOTE_ASSET.search("<script>var u = 'https://cdn.plot.ly/un/';</script>")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable, Sequence
 
 from django.http import HttpRequest, HttpResponse
 
@@ -34,14 +35,24 @@ def watch_headers(etag: str) -> str:
     return json.dumps({"If-None-Match": etag})
 
 
-def still_unchanged(request: HttpRequest, key: str, revision: int) -> bool:
+def still_unchanged(
+    request: HttpRequest,
+    key: str | Sequence[str],
+    revision: int,
+    *,
+    read: Callable[[], int] | None = None,
+) -> bool:
     """For a client holding the current fragment: whether it is still current after watching
     `key` (the request's ``?watch=``, bounded by the process's watch slots); False means
-    it changed meanwhile — read it again."""
+    it changed meanwhile — read it again. `read`: how to compute the revision when `key`
+    names several keys or a kind of them (`wait_for_change`)."""
     with watching(request) as deadline:  # type: ignore[arg-type]
         if deadline is None:
             return True
-        return wait_for_change(key, revision, deadline=deadline, release_connection=True) is None
+        changed = wait_for_change(
+            key, revision, deadline=deadline, release_connection=True, read=read
+        )
+        return changed is None
 
 
 def not_modified(etag: str) -> HttpResponse:

@@ -11,7 +11,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import OuterRef
+from django.db.models import CharField, OuterRef, Value
+from django.db.models.functions import Cast, Concat, Greatest
 from django.utils import timezone
 
 from controlplane.accounts.models import (
@@ -21,7 +22,9 @@ from controlplane.accounts.models import (
     token_digest,
 )
 from controlplane.accounts.roles import remember_role, role_subquery
+from controlplane.accounts.token_cache import TOKENS
 from controlplane.audit.services import audit_request
+from controlplane.changes.selectors import revision_subquery
 from controlplane.errors import Conflict, InvalidRequest
 
 MAX_EXPIRY_DAYS = 3650
@@ -123,11 +126,25 @@ def token_rotate(*, token: ApiToken, actor: Any = None, source: str = "api") -> 
 
 def token_authenticate(secret: str) -> tuple[Any, ApiToken | None]:
     """(user, token) for a usable `secret`; (None, token) for a revoked or expired one, or
-    one of an inactive user; (None, None) for an unknown one."""
+    one of an inactive user; (None, None) for an unknown one.
+
+    A token used in the last minute comes from this process's cache, checked against its
+    revision (one plain statement, `token_cache`); otherwise one query loads token, user, role
+    and that revision together."""
+    digest = token_digest(secret)
+    cached = TOKENS.get(digest)
+    if cached is not None:
+        user, token = cached
+        _touch(token, digest)
+        return user, token
+    keys = [Concat(Value(p), Cast(OuterRef(f), CharField())) for p, f in _KEY_PARTS]
     token = (
         ApiToken.objects.select_related("user")
-        .annotate(user_role=role_subquery(OuterRef("user_id")))  # no second query for the role
-        .filter(digest=token_digest(secret))
+        .annotate(
+            user_role=role_subquery(OuterRef("user_id")),  # no second query for the role
+            credentials_revision=Greatest(*(revision_subquery(k) for k in keys)),
+        )
+        .filter(digest=digest)
         .first()
     )
     if token is None:
@@ -135,8 +152,18 @@ def token_authenticate(secret: str) -> tuple[Any, ApiToken | None]:
     remember_role(token.user, token.user_role)  # type: ignore[attr-defined]
     if token.state != "active" or not token.user.is_active:
         return None, token
+    TOKENS.put(digest, token.user, token, int(token.credentials_revision))  # type: ignore[attr-defined]
+    _touch(token, digest)
+    return token.user, token
+
+
+_KEY_PARTS = (("token:", "id"), ("user:", "user_id"))
+
+
+def _touch(token: ApiToken, digest: str) -> None:
+    """Record the use, at most once a minute per token."""
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at >= LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
         token.last_used_at = now
-    return token.user, token
+        TOKENS.touched(digest, now)

@@ -19,12 +19,14 @@ def _drop_sqlite_triggers(sender: Any, using: str = "default", **kwargs: Any) ->
     """SQLite rebuilds a table to alter it (copy, drop, rename); a trigger on another table
     that names it then fails the rebuild ("no such table"). Migrations run without them."""
     from controlplane.changes import triggers
+    from controlplane.jobs import summaries
 
     connection = connections[using]
     if connection.vendor != "sqlite":
         return
     with connection.cursor() as cursor:
-        for name in triggers.SQLITE_NAMES:
+        names = [*triggers.SQLITE_NAMES, *triggers.SQLITE_CREDENTIALS_NAMES]
+        for name in [*names, *summaries.SQLITE_NAMES]:
             cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
 
 
@@ -33,14 +35,22 @@ def _install_sqlite_triggers(sender: Any, using: str = "default", **kwargs: Any)
     from django.db.migrations.recorder import MigrationRecorder
 
     from controlplane.changes import triggers
+    from controlplane.jobs import summaries
 
     connection = connections[using]
     if connection.vendor != "sqlite":
         return
-    if not MigrationRecorder(connection).migration_qs.filter(app="changes").exists():
-        return
+    applied = MigrationRecorder(connection).migration_qs
+    sets = []
+    if applied.filter(app="changes").exists():
+        sets.append((triggers.SQLITE_NAMES, triggers.SQLITE))
+    if applied.filter(app="changes", name="0002_credentials").exists():
+        sets.append((triggers.SQLITE_CREDENTIALS_NAMES, triggers.SQLITE_CREDENTIALS))
+    if applied.filter(app="jobs", name="0005_job_summary").exists():  # and the job summaries
+        sets.append((summaries.SQLITE_NAMES, summaries.SQLITE))
     with connection.cursor() as cursor:
-        for name in triggers.SQLITE_NAMES:
-            cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
-        for statement in triggers.SQLITE:
-            cursor.execute(statement)
+        for names, statements in sets:
+            for name in names:
+                cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+            for statement in statements:
+                cursor.execute(statement)

@@ -14,6 +14,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import connection
@@ -35,8 +36,8 @@ class _Listener:
         self._stopping = False
         self.listening = threading.Event()
 
-    def register(self, key: str) -> threading.Event:
-        event = threading.Event()
+    def register(self, key: str, event: threading.Event | None = None) -> threading.Event:
+        event = event or threading.Event()
         with self._lock:
             self._waiters[key].add(event)
             if self._thread is None and connection.vendor == "postgresql":
@@ -58,8 +59,11 @@ class _Listener:
         with self._lock:
             if key is None:
                 events = [e for waiting in self._waiters.values() for e in waiting]
-            else:
-                events = list(self._waiters.get(key, ()))
+            else:  # the key's own waiters and those of every key of its kind (`job:*`)
+                events = [
+                    *self._waiters.get(key, ()),
+                    *self._waiters.get(key.partition(":")[0] + ":*", ()),
+                ]
         for event in events:
             event.set()
 
@@ -117,15 +121,28 @@ def stop_listening() -> None:
 
 
 def wait_for_change(
-    key: str, seen: int, *, deadline: float, release_connection: bool = False
+    key: str | Sequence[str],
+    seen: int,
+    *,
+    deadline: float,
+    release_connection: bool = False,
+    read: Callable[[], int] | None = None,
 ) -> int | None:
     """Block until the revision of `key` is no longer `seen`; the new revision, or None when
     `deadline` (a `time.monotonic()` instant) passes first. `release_connection` gives the
-    thread's database connection back while waiting (a web request's watch)."""
-    event = _LISTENER.register(key)
+    thread's database connection back while waiting (a web request's watch).
+
+    `key` may be several keys, and a key may name a whole kind (``job:*``: any job); then
+    `read` computes the revision the waiter compares with `seen` (by default the revision
+    of the one key)."""
+    keys = [key] if isinstance(key, str) else list(key)
+    current_of = read if read is not None else (lambda: revision(keys[0]))
+    event = threading.Event()  # one event, woken by a change to any of the keys
+    for k in keys:
+        _LISTENER.register(k, event)
     try:
         while True:
-            current = revision(key)
+            current = current_of()
             if current != seen:
                 return current
             remaining = deadline - time.monotonic()
@@ -134,7 +151,13 @@ def wait_for_change(
             if release_connection:
                 connection.close()
             listening = _LISTENER.listening.is_set()
-            event.wait(remaining if listening else min(remaining, POLL_S))
+            woken = event.wait(remaining if listening else min(remaining, POLL_S))
             event.clear()
+            # nothing was announced for the whole wait: unchanged, no need to ask (nor to
+            # reconnect); a lost listener wakes every waiter, so this is never stale
+            quiet = not woken and listening and _LISTENER.listening.is_set()
+            if quiet and deadline - time.monotonic() <= 0:
+                return None
     finally:
-        _LISTENER.unregister(key, event)
+        for k in keys:
+            _LISTENER.unregister(k, event)

@@ -180,3 +180,94 @@ SQLITE = (
     ]
 )
 SQLITE_NAMES = [statement.split()[2] for statement in SQLITE]
+
+
+# -- credentials: what an API token's authentication depends on ---------------------------------
+# `token:<id>` when a token is created, revoked, re-dated or deleted (not on its once-a-minute
+# `last_used_at`); `user:<id>` when a user is (de)activated, made or unmade superuser, renamed,
+# or gains or loses a group (a role). The API's token cache (controlplane/accounts/
+# token_cache.py) compares these revisions on every request, so a refusal is immediate in every
+# process. Installed by migration 0002 on PostgreSQL, after every migrate on SQLite.
+
+_TOKEN_FIELDS = ("revoked_at", "expires_at", "digest", "user_id")
+_USER_FIELDS = ("is_active", "is_superuser", "username")
+
+POSTGRESQL_CREDENTIALS = f"""
+CREATE OR REPLACE FUNCTION changes_token() RETURNS trigger AS $$
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        PERFORM changes_note('token:' || OLD.id);
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'UPDATE' AND {_row(_TOKEN_FIELDS, "OLD")}
+            IS NOT DISTINCT FROM {_row(_TOKEN_FIELDS, "NEW")} THEN
+        RETURN NULL;
+    END IF;
+    PERFORM changes_note('token:' || NEW.id);
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER changes_token AFTER INSERT OR UPDATE OR DELETE ON accounts_apitoken
+    FOR EACH ROW EXECUTE FUNCTION changes_token();
+
+CREATE OR REPLACE FUNCTION changes_user() RETURNS trigger AS $$
+BEGIN
+    IF {_row(_USER_FIELDS, "OLD")} IS NOT DISTINCT FROM {_row(_USER_FIELDS, "NEW")} THEN
+        RETURN NULL;
+    END IF;
+    PERFORM changes_note('user:' || NEW.id);
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER changes_user AFTER UPDATE ON auth_user
+    FOR EACH ROW EXECUTE FUNCTION changes_user();
+
+CREATE OR REPLACE FUNCTION changes_user_groups() RETURNS trigger AS $$
+DECLARE
+    membership record;
+BEGIN
+    IF TG_OP = 'DELETE' THEN membership := OLD; ELSE membership := NEW; END IF;
+    PERFORM changes_note('user:' || membership.user_id);
+    RETURN NULL;
+END $$ LANGUAGE plpgsql;
+CREATE TRIGGER changes_user_groups AFTER INSERT OR UPDATE OR DELETE ON auth_user_groups
+    FOR EACH ROW EXECUTE FUNCTION changes_user_groups();
+"""
+
+POSTGRESQL_CREDENTIALS_DROP = """
+DROP TRIGGER IF EXISTS changes_token ON accounts_apitoken;
+DROP TRIGGER IF EXISTS changes_user ON auth_user;
+DROP TRIGGER IF EXISTS changes_user_groups ON auth_user_groups;
+DROP FUNCTION IF EXISTS changes_token(), changes_user(), changes_user_groups();
+"""
+
+SQLITE_CREDENTIALS = [
+    _sqlite_trigger(
+        "changes_token_insert", "INSERT", "accounts_apitoken", "VALUES ('token:' || NEW.id)"
+    ),
+    _sqlite_trigger(
+        "changes_token_update",
+        "UPDATE",
+        "accounts_apitoken",
+        "VALUES ('token:' || NEW.id)",
+        when=f"{_row(_TOKEN_FIELDS, 'OLD')} IS NOT {_row(_TOKEN_FIELDS, 'NEW')}",
+    ),
+    _sqlite_trigger(
+        "changes_token_delete", "DELETE", "accounts_apitoken", "VALUES ('token:' || OLD.id)"
+    ),
+    _sqlite_trigger(
+        "changes_user_update",
+        "UPDATE",
+        "auth_user",
+        "VALUES ('user:' || NEW.id)",
+        when=f"{_row(_USER_FIELDS, 'OLD')} IS NOT {_row(_USER_FIELDS, 'NEW')}",
+    ),
+    *(
+        _sqlite_trigger(
+            f"changes_user_groups_{e}",
+            e.upper(),
+            "auth_user_groups",
+            f"VALUES ('user:' || {'OLD' if e == 'delete' else 'NEW'}.user_id)",
+        )
+        for e in ("insert", "update", "delete")
+    ),
+]
+SQLITE_CREDENTIALS_NAMES = [statement.split()[2] for statement in SQLITE_CREDENTIALS]

@@ -165,9 +165,9 @@ def follow(
             if record["state"] == "pending":
                 continue
             tenth = int(float(record.get("progress") or 0.0) * 10)
-            key = (record["state"], record.get("detail") or "", tenth)
-            if seen.get(record["name"]) != key:
-                seen[record["name"]] = key
+            shown = (record["state"], record.get("detail") or "", tenth)
+            if seen.get(record["name"]) != shown:
+                seen[record["name"]] = shown
                 write(phase_line(op, step, record))
         if op.state in TERMINAL_STATES:
             return op

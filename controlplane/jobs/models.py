@@ -114,3 +114,38 @@ class Run(models.Model):
     @property
     def live(self) -> bool:
         return self.phase in (RunPhase.PENDING, RunPhase.RUNNING)
+
+
+class JobSummary(models.Model):
+    """What a job's read shows that changes only when a writer acts: its newest run, its
+    active operation and its branch's head. Kept current by the database in the writer's
+    own transaction (triggers, `controlplane.jobs.summaries`) — a run created, an operation
+    step, a commit moving the head — so readers join one row instead of recomputing it, and
+    a writer that crashes mid-step leaves it as consistent as the rows it describes.
+
+    The links carry no database constraint: a writer deleting rows in bulk is never failed
+    by the summary, and a reader's outer join simply finds nothing."""
+
+    job = models.OneToOneField(
+        Job, primary_key=True, on_delete=models.CASCADE, related_name="summary"
+    )
+    latest_run = models.ForeignKey(
+        Run, null=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    active_operation = models.ForeignKey(
+        "operations.Operation",
+        null=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+    head = models.ForeignKey(
+        "lineage.Snapshot",
+        null=True,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        related_name="+",
+    )
+
+    def __str__(self) -> str:
+        return f"summary of job {self.job_id}"

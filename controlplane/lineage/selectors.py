@@ -50,10 +50,41 @@ _CHAIN = Chain._meta.db_table
 _EDGE = ChainEdge._meta.db_table
 _BRANCH = Branch._meta.db_table
 _TAG = Tag._meta.db_table
-_SUMMARY_COLUMNS = (
-    "id, snapshot_id, branch, epoch, kind, parallelism, max_parallelism, code_version, "
-    "config_hash, operation_id, created_at, generation, parent_ids, offsets, stats, provenance"
-)
+_SUMMARY_NAMES = [
+    "id",
+    "snapshot_id",
+    "branch",
+    "epoch",
+    "kind",
+    "parallelism",
+    "max_parallelism",
+    "code_version",
+    "config_hash",
+    "operation_id",
+    "created_at",
+    "generation",
+    "parent_ids",
+    "offsets",
+    "stats",
+    "provenance",
+]
+# PostgreSQL: `created_at` as ISO text in UTC. Django's time-zone handling makes psycopg parse
+# timestamps in Python (~15 us each); a page of 100 summaries parses them with
+# `datetime.fromisoformat` instead (`_datetime`). SQLite stores the same text already.
+_CREATED_TEXT = "to_char({column} AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US')"
+
+
+def summary_columns(alias: str = "") -> str:
+    """The columns `summary_of_row` reads (of the snapshot table aliased `alias`, for
+    statements that join a snapshot's summary to other rows)."""
+    prefix = f"{alias}." if alias else ""
+    columns = []
+    for name in _SUMMARY_NAMES:
+        column = f"{prefix}{name}"
+        if name == "created_at" and connection.vendor == "postgresql":
+            column = _CREATED_TEXT.format(column=column) + " AS created_at"
+        columns.append(column)
+    return ", ".join(columns)
 
 
 @dataclass(frozen=True)
@@ -340,7 +371,7 @@ def lineage_graph_page(
     )
     # The page and the refs pointing into it in one statement (a row per ref).
     sql = (
-        f"SELECT s.*, r.ref FROM (SELECT {_SUMMARY_COLUMNS} FROM {_SNAPSHOT} WHERE {where} "
+        f"SELECT s.*, r.ref FROM (SELECT {summary_columns()} FROM {_SNAPSHOT} WHERE {where} "
         f"ORDER BY id DESC LIMIT %s) AS s LEFT JOIN ({refs_sql}) AS r ON r.target = s.id "
         "ORDER BY s.id DESC, r.ref"
     )
@@ -481,7 +512,7 @@ def _ancestor_rows(
     chain can reach above the `limit`-th row found so far.
     """
     ranges = sorted(reach.items(), key=lambda item: -item[1])
-    columns = "id, generation, snapshot_id" + (f", {_SUMMARY_COLUMNS}" if summaries else "")
+    columns = "id, generation, snapshot_id" + (f", {summary_columns()}" if summaries else "")
     term = (
         f"SELECT * FROM (SELECT {columns} FROM {_SNAPSHOT} "
         "WHERE chain_id = %s AND generation <= %s{extra} "
@@ -533,7 +564,7 @@ def _first_parent_rows(
             segments.append((chain, top, root))
     rows: list[SnapshotSummary] = []
     term = (
-        f"SELECT * FROM (SELECT {_SUMMARY_COLUMNS}, %s AS segment FROM {_SNAPSHOT} "
+        f"SELECT * FROM (SELECT {summary_columns()}, %s AS segment FROM {_SNAPSHOT} "
         "WHERE chain_id = %s AND generation <= %s ORDER BY generation DESC LIMIT %s) AS q{n}"
     )
     index = 0
@@ -620,12 +651,12 @@ def _summaries_at(places: Iterable[tuple[int, int]]) -> list[SnapshotSummary]:
     params = [value for place in places for value in place]
     return [
         s
-        for _, s in _summaries(f"SELECT {_SUMMARY_COLUMNS} FROM {_SNAPSHOT} WHERE {where}", params)
+        for _, s in _summaries(f"SELECT {summary_columns()} FROM {_SNAPSHOT} WHERE {where}", params)
     ]
 
 
 def _summaries(sql: str, params: Sequence[Any]) -> list[tuple[int, SnapshotSummary]]:
-    """Run a SELECT of `_SUMMARY_COLUMNS`; (pk, summary) in result order."""
+    """Run a SELECT of `summary_columns()`; (pk, summary) in result order."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
@@ -660,15 +691,12 @@ def _json(value: Any) -> Any:
 def _datetime(value: Any) -> datetime:
     """Raw SQLite rows carry naive UTC text; PostgreSQL returns aware datetimes."""
     if isinstance(value, str):
-        value = parse_datetime(value)
+        try:
+            value = datetime.fromisoformat(value)
+        except ValueError:
+            value = parse_datetime(value)
     assert isinstance(value, datetime)
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def summary_columns(alias: str) -> str:
-    """The columns `summary_of_row` reads, of the snapshot table aliased `alias`, for
-    statements that join a snapshot's summary to other rows."""
-    return ", ".join(f"{alias}.{column.strip()}" for column in _SUMMARY_COLUMNS.split(","))
 
 
 def summary_of_row(row: Sequence[Any]) -> SnapshotSummary | None:

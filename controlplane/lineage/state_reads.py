@@ -63,14 +63,14 @@ def _object_size(repo: Repository, object_id: str) -> int | None:
         size = _sizes.get(object_id)
     if size is not None:
         return size
-    info = repo.objects.stat(object_id)
-    if info is None:
+    stored = repo.chunk_size(object_id)  # a loose chunk or a pack member
+    if stored is None:
         return None
     with _lock:
-        _sizes[object_id] = info.size
+        _sizes[object_id] = stored
         while len(_sizes) > _SIZE_CACHE_ENTRIES:
             _sizes.popitem(last=False)
-    return int(info.size)
+    return stored
 
 
 @dataclass(frozen=True)

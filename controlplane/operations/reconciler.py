@@ -3,7 +3,9 @@
 * operations: dispatch pending ones the broker never delivered, and re-dispatch running ones
   whose worker died (lease expired) — the next worker resumes them at the unfinished phase;
 * jobs: follow each live run through its launcher; restart a job whose run failed from its
-  branch head (a start operation) with exponential back-off, up to its `max_restarts`;
+  branch head (a start operation) — the first restart at once, later ones with exponential
+  back-off — up to its `max_restarts`. `watch_runs` does only this part, on its own short beat
+  (`EPOCHAL_RUN_WATCH_INTERVAL_S`, 1 s), so a dead driver is noticed within about a second;
 * lineage: index commits the index has not seen yet (jobs commit without asking us);
 * retention (hourly, `collect_garbage_all`): gc every application's store and clean up the
   leftovers of runs that ended long ago.
@@ -61,7 +63,12 @@ def reconcile_operations() -> int:
 
 
 def _backoff(job: Job) -> dt.timedelta:
-    return dt.timedelta(seconds=min(3600, job.restart_backoff_s * 2**job.restarts))
+    """The wait before the job's next restart: none for the first (a driver killed once —
+    OOM, a lost node — should cost only the restart itself), then `restart_backoff_s`,
+    doubling with every further restart, at most an hour."""
+    if job.restarts == 0:
+        return dt.timedelta(0)
+    return dt.timedelta(seconds=min(3600, job.restart_backoff_s * 2 ** (job.restarts - 1)))
 
 
 def reconcile_jobs() -> tuple[int, int]:
@@ -112,8 +119,15 @@ def reconcile_jobs() -> tuple[int, int]:
                 f"in {wait.total_seconds():.0f} s",
                 next_restart_at=now + wait,
             )
+            if wait:
+                continue  # a later tick restarts it; without a wait, this one does
+        if job.next_restart_at is None or job.next_restart_at > now:
             continue
-        if job.next_restart_at > now:
+        # Claim the restart first (two reconcilers may run at once: the watch and the full tick)
+        claimed = Job.objects.filter(
+            pk=job.pk, restarts=job.restarts, next_restart_at=job.next_restart_at
+        ).update(restarts=job.restarts + 1, next_restart_at=None)
+        if not claimed:
             continue
         try:
             operation_request(
@@ -126,8 +140,10 @@ def reconcile_jobs() -> tuple[int, int]:
             )
         except Exception as exc:
             log.warning("restart of job %s not requested: %s", job.name, exc)
+            Job.objects.filter(pk=job.pk, restarts=job.restarts + 1).update(
+                restarts=job.restarts, next_restart_at=job.next_restart_at
+            )
             continue
-        Job.objects.filter(pk=job.pk).update(restarts=job.restarts + 1, next_restart_at=None)
         restarts += 1
     return checked, restarts
 
@@ -146,6 +162,12 @@ def reindex_all() -> int:
         except Exception:
             log.warning("reindex of %s failed", application.name, exc_info=True)
     return added
+
+
+def watch_runs() -> dict[str, int]:
+    """The short beat: follow live runs and restart failed jobs, nothing else."""
+    checked, restarts = reconcile_jobs()
+    return {"runs_checked": checked, "restarts_requested": restarts}
 
 
 def reconcile_all() -> dict[str, int]:

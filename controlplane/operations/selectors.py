@@ -6,18 +6,21 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import FilteredRelation, OuterRef, Q, QuerySet, Subquery
+from django.db.models import QuerySet
 
+from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.changes.keys import operation_key
 from controlplane.changes.models import Change
 from controlplane.changes.selectors import revision_subquery
 from controlplane.errors import NotFound
-from controlplane.jobs.models import Job, Run
+from controlplane.jobs.models import Job, JobSummary, Run
 from controlplane.jobs.selectors import job_not_found
-from controlplane.lineage.models import Branch, Snapshot
+from controlplane.lineage.models import Snapshot
 from controlplane.lineage.selectors import SnapshotSummary, summary_columns, summary_of_row
 from controlplane.operations.models import ACTIVE_STATES, Operation
+from controlplane.plain_rows import Columns, split
 
 
 def operation_get(*, operation_id: str) -> Operation:
@@ -30,10 +33,35 @@ def operation_get(*, operation_id: str) -> Operation:
             .get(pk=key)
         )
     except (Operation.DoesNotExist, ValueError):
-        raise NotFound(
-            f"no operation {operation_id}; list operations with GET /api/operations/",
-            code="operation_not_found",
-        ) from None
+        raise _operation_not_found(operation_id) from None
+
+
+def operation_revision(*, operation_id: str) -> tuple[uuid.UUID, int]:
+    """(id, revision) of the operation in one plain statement (a conditional read that finds
+    it unchanged asks nothing else)."""
+    try:
+        key = uuid.UUID(str(operation_id))
+    except ValueError:
+        raise _operation_not_found(operation_id) from None
+    sql = (
+        f"SELECT (SELECT MAX(c.id) FROM {Change._meta.db_table} c WHERE c.key = %s) "
+        f"FROM {Operation._meta.db_table} o WHERE o.id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            sql, [operation_key(key), Operation._meta.pk.get_db_prep_value(key, connection)]
+        )
+        row = cursor.fetchone()
+    if row is None:
+        raise _operation_not_found(operation_id)
+    return key, int(row[0] or 0)
+
+
+def _operation_not_found(operation_id: str) -> NotFound:
+    return NotFound(
+        f"no operation {operation_id}; list operations with GET /api/operations/",
+        code="operation_not_found",
+    )
 
 
 def operation_list(
@@ -72,33 +100,60 @@ def operation_for_idempotency_key(*, user: Any, idempotency_key: str) -> Operati
     )
 
 
-def job_overview(*, name: str) -> Job:
-    """Job `name` in one query with its application, version, newest run (`latest_run`,
-    None before the first) and active operation (`active_operation`)."""
-    newest_run = Run.objects.filter(job=OuterRef("pk")).order_by("-created_at", "-id")
-    found = (
-        Job.objects.select_related("application", "version")
-        .annotate(
-            active_operation=FilteredRelation(
-                "operations", condition=Q(operations__state__in=ACTIVE_STATES)
-            ),
-            latest_run=FilteredRelation(
-                "runs", condition=Q(runs__id=Subquery(newest_run.values("id")[:1]))
-            ),
+_OVERVIEW_PARTS: list[Columns] = []
+
+
+def _overview_parts() -> list[Columns]:
+    if not _OVERVIEW_PARTS:
+        _OVERVIEW_PARTS.extend(
+            [
+                Columns(Job, "j"),
+                Columns(Application, "a"),
+                Columns(ApplicationVersion, "v"),
+                Columns(Run, "r"),
+                Columns(Operation, "o"),
+                Columns(get_user_model(), "u"),
+            ]
         )
-        .select_related("active_operation", "active_operation__requested_by", "latest_run")
-        .filter(name=name)
-        .first()
+    return _OVERVIEW_PARTS
+
+
+def job_overview(*, name: str) -> Job:
+    """Job `name` in one statement with its application, version, newest run (`latest_run`,
+    None before the first) and active operation (`active_operation`, with who asked): both
+    read through the job's summary row (`JobSummary`, kept current by the writers), not
+    searched for. A plain statement (`controlplane.plain_rows`): the job read is the API's
+    most frequent, and compiling the equivalent queryset cost more than running it."""
+    parts = _overview_parts()
+    sql = (
+        f"SELECT {', '.join(p.select() for p in parts)} "
+        f"FROM {Job._meta.db_table} j "
+        f"JOIN {Application._meta.db_table} a ON a.id = j.application_id "
+        f"JOIN {ApplicationVersion._meta.db_table} v ON v.id = j.version_id "
+        f"LEFT JOIN {JobSummary._meta.db_table} m ON m.job_id = j.id "
+        f"LEFT JOIN {Run._meta.db_table} r ON r.id = m.latest_run_id "
+        f"LEFT JOIN {Operation._meta.db_table} o ON o.id = m.active_operation_id "
+        f"LEFT JOIN {get_user_model()._meta.db_table} u ON u.id = o.requested_by_id "
+        "WHERE j.name = %s"
     )
-    if found is None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [name])
+        row = cursor.fetchone()
+    if row is None:
         raise job_not_found(name)
-    # A filtered relation that matched no row leaves no attribute: make both always present.
-    found.latest_run = getattr(found, "latest_run", None)  # type: ignore[attr-defined]
-    operation = found.active_operation = getattr(found, "active_operation", None)  # type: ignore[attr-defined]
+    job, application, version, run, operation, requested_by = split(row, parts)
+    job.application = application
+    job.version = version
+    version.application = application
+    job.latest_run = run  # type: ignore[attr-defined]
+    if run is not None:
+        run.job = job
+    job.active_operation = operation  # type: ignore[attr-defined]
     if operation is not None:  # the operation's own links, without asking again
-        operation.application = found.application
-        operation.job = found
-    return found
+        operation.application = application
+        operation.job = job
+        operation.requested_by = requested_by
+    return job
 
 
 @dataclass(frozen=True)
@@ -118,9 +173,8 @@ def job_mark(*, name: str) -> JobMark:
         f"SELECT j.id, (SELECT MAX(c.id) FROM {Change._meta.db_table} c "
         f"WHERE c.key = %s || j.id), {summary_columns('s')} "
         f"FROM {Job._meta.db_table} j "
-        f"LEFT JOIN {Branch._meta.db_table} b "
-        "ON b.application_id = j.application_id AND b.name = j.branch "
-        f"LEFT JOIN {Snapshot._meta.db_table} s ON s.id = b.head_id "
+        f"LEFT JOIN {JobSummary._meta.db_table} m ON m.job_id = j.id "
+        f"LEFT JOIN {Snapshot._meta.db_table} s ON s.id = m.head_id "
         "WHERE j.name = %s"
     )
     with connection.cursor() as cursor:
@@ -129,3 +183,34 @@ def job_mark(*, name: str) -> JobMark:
     if row is None:
         raise job_not_found(name)
     return JobMark(int(row[0]), int(row[1] or 0), summary_of_row(row[2:]))
+
+
+OVERVIEW_KEYS = ("job:*", "operation:*")
+"""What the overview shows changes with any job or operation (`wait_for_change` kinds)."""
+
+
+def overview_revision(*, operations: int = 8) -> int:
+    """A revision of the overview (every job, the newest `operations` operations): the
+    newest change among them, moved also by a job's removal (the count). Plain statements,
+    one index probe per job and per operation."""
+    job_table, change_table = Job._meta.db_table, Change._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT COUNT(*), COALESCE(MAX(r), 0) FROM (SELECT (SELECT MAX(c.id) FROM "
+            f"{change_table} c WHERE c.key = %s || j.id) AS r FROM {job_table} j) t",
+            ["job:"],
+        )
+        jobs, newest = cursor.fetchone()
+    keys = [
+        operation_key(pk)
+        for pk in Operation.objects.order_by("-created_at").values_list("pk", flat=True)[
+            :operations
+        ]
+    ]
+    if keys:
+        with connection.cursor() as cursor:
+            marks = ", ".join(["%s"] * len(keys))
+            cursor.execute(f"SELECT MAX(id) FROM {change_table} WHERE key IN ({marks})", keys)
+            newest = max(int(newest), int(cursor.fetchone()[0] or 0))
+    # a removed job lowers the count; the count is folded in so the revision still moves
+    return int(newest) * 100_003 + int(jobs)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from controlplane.operations.executor import execute
-from controlplane.operations.reconciler import collect_garbage_all, reconcile_all
+from controlplane.operations.reconciler import collect_garbage_all, reconcile_all, watch_runs
 
 
 @shared_task(name="epochal.run_operation", acks_late=True, reject_on_worker_lost=True)
@@ -20,6 +20,11 @@ def run_operation(operation_id: str) -> str:
 @shared_task(name="epochal.reconcile")
 def reconcile() -> dict[str, int]:
     return reconcile_all()
+
+
+@shared_task(name="epochal.watch_runs", expires=5)
+def watch() -> dict[str, int]:
+    return watch_runs()
 
 
 @shared_task(name="epochal.collect_garbage")

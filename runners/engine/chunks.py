@@ -14,8 +14,9 @@ import json
 import os
 import tempfile
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -120,13 +121,17 @@ def _disk_path(chain: tuple[str, ...]) -> str:
     return os.path.join(_disk_dir(), digest[:2], digest + ".arrow")
 
 
-_disk_puts = 0
+#: bytes this process wrote to the disk cache since its last eviction pass; a pass walks the
+#: whole directory (every worker's files: tens of thousands after a run at M = 32,768), so it
+#: runs once per 1/16 of the budget written, not per a number of files
+_disk_written = 0
 
 
 def _disk_put(entry: KeyGroupState) -> None:
     """Write a materialised chain as an uncompressed Arrow file for the other workers of this
-    machine (best effort: a full or read-only disk only costs a cache miss)."""
-    global _disk_puts
+    machine (best effort: a full or read-only disk only costs a cache miss). The directory may
+    exceed its budget by what the workers write between eviction passes (1/16 each)."""
+    global _disk_written
     if DISK_CACHE_BYTES <= 0 or not entry.chain:
         return
     path = _disk_path(entry.chain)
@@ -140,8 +145,9 @@ def _disk_put(entry: KeyGroupState) -> None:
         with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         os.replace(tmp, path)
-        _disk_puts += 1
-        if _disk_puts % 256 == 0:
+        _disk_written += os.path.getsize(path)
+        if _disk_written >= DISK_CACHE_BYTES // 16:
+            _disk_written = 0
             _disk_evict()
     except OSError:
         pass
@@ -238,20 +244,96 @@ def load_key_group(
         if prefix is not None:
             start, table, sizes = cut, prefix.table, prefix.sizes
             break
+    entry = _materialise(chain, start, table, sizes, repo.read_chunks(chain[start:]), key_columns)
+    if use_cache:
+        cache_put(entry)
+    return entry
+
+
+def _materialise(
+    chain: tuple[str, ...],
+    start: int,
+    table: pa.Table | None,
+    sizes: tuple[int, ...],
+    payloads: Sequence[bytes],
+    key_columns: Sequence[str],
+) -> KeyGroupState:
+    """The state of `chain` from the state of its first `start` chunks and the payloads of
+    the rest."""
     size_list = list(sizes)
-    for chunk_id in chain[start:]:
-        payload = repo.get_object(chunk_id)
+    for payload in payloads:
         size_list.append(len(payload))
         chunk = decode_table(payload)
-        if table is None:
+        if table is None and not pc.any(chunk.column(DELETED)).as_py():
+            table = chunk.drop_columns([DELETED])  # a base without deletions: no copy
+        elif table is None:
             table = chunk.filter(pc.invert(chunk.column(DELETED))).drop_columns([DELETED])
         else:
             table = apply_delta(table, chunk, key_columns)
     assert table is not None
-    entry = KeyGroupState(chain, table, tuple(size_list))
-    if use_cache:
-        cache_put(entry)
-    return entry
+    return KeyGroupState(chain, table, tuple(size_list))
+
+
+@dataclass
+class Restore:
+    """What `load_key_groups` read from the store: stored (compressed) and payload bytes, and
+    the wall-clock (`time.time()`) span of reading and materialising them."""
+
+    stored_bytes: int = 0
+    payload_bytes: int = 0
+    started: float = 0.0
+    ended: float = 0.0
+
+
+def load_key_groups(
+    repo: Repository,
+    chains: Mapping[int, Sequence[str]],
+    key_columns: Sequence[str],
+    *,
+    disk: bool = False,
+) -> tuple[dict[int, KeyGroupState], Restore]:
+    """Materialised state of many key groups (a task's range): cached chains from the cache,
+    every other chunk in one `Repository.read_chunks` call, so the members of each pack are
+    read in long sequential ranges, several at once. Materialised chains are cached in this
+    worker's memory, and with `disk` in the machine's disk cache too (the restore stage: the
+    epoch's tasks may run in other Python workers)."""
+    states: dict[int, KeyGroupState] = {}
+    todo: list[tuple[int, tuple[str, ...], int, pa.Table | None, tuple[int, ...]]] = []
+    for kg, raw in chains.items():
+        chain = tuple(raw)
+        cached = cache_get(chain)
+        if cached is not None:
+            states[kg] = cached
+            continue
+        start: int = 0
+        table: pa.Table | None = None
+        sizes: tuple[int, ...] = ()
+        for cut in range(len(chain) - 1, 0, -1):
+            prefix = cache_get(chain[:cut])
+            if prefix is not None:
+                start, table, sizes = cut, prefix.table, prefix.sizes
+                break
+        todo.append((kg, chain, start, table, sizes))
+    restore = Restore()
+    if not todo:
+        return states, restore
+    restore.started = time.time()
+    refs = [ref for _, chain, start, _, _ in todo for ref in chain[start:]]
+    stored_before = repo.chunks.stored_bytes_read
+    payloads = repo.read_chunks(refs)
+    restore.stored_bytes = repo.chunks.stored_bytes_read - stored_before
+    restore.payload_bytes = sum(len(p) for p in payloads)
+    position = 0
+    for kg, chain, start, table, sizes in todo:
+        count = len(chain) - start
+        entry = _materialise(
+            chain, start, table, sizes, payloads[position : position + count], key_columns
+        )
+        position += count
+        cache_put(entry, disk=disk)
+        states[kg] = entry
+    restore.ended = time.time()
+    return states, restore
 
 
 def empty_state(schema: pa.Schema) -> KeyGroupState:

@@ -49,9 +49,11 @@ def _resolve_refs(repo: Repository, payload: bytes) -> pa.Table:
     doc = json.loads(payload)
     if doc.get("kind") != CHUNK_REFS:
         raise ValueError(f"unknown output document kind {doc.get('kind')!r}")
+    refs = doc["refs"]
+    payloads = repo.read_chunks([chunk_ref for chunk_ref, _, _ in refs])  # few long reads
     parts = []
-    for chunk_id, start, length in doc["refs"]:
-        chunk = decode_table(repo.get_object(chunk_id)).slice(start, length)
+    for payload, (_, start, length) in zip(payloads, refs, strict=True):
+        chunk = decode_table(payload).slice(start, length)
         internal = [c for c in chunk.column_names if c.startswith("_")]
         parts.append(chunk.drop_columns(internal))
     return pa.concat_tables(parts)

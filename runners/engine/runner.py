@@ -18,7 +18,10 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from runners.engine import exchange
+from runners.engine import routing as routes
 from runners.engine.crash import crash_spec, maybe_crash
+from runners.engine.executors import ExecutorPool
 from runners.engine.hotswap import HOLD as SWAP_HOLD
 from runners.engine.hotswap import SWAP, partner_reader, swap_gate
 from runners.engine.job import Job
@@ -30,7 +33,9 @@ from runners.engine.tasks import (
     TaskPlan,
     map_split,
     reduce_partition,
+    restore_partition,
     scan_partition,
+    split_partition,
 )
 from runners.launcher import RUN_ID_ENV, stop_requested
 from snapshots_store import Manifest, PrefixedBackend, RefConflictError, Repository
@@ -101,10 +106,11 @@ class EpochRunner:
         self.notify = notify
         self.poll_interval_s = poll_interval_s
         self.compaction_ratio = compaction_ratio
-        if routing not in ("auto", "scan", "shuffle"):
-            raise ValueError(f"routing must be auto, scan or shuffle, not {routing!r}")
+        routes.choose(routing, 1, 1, scan_max_parallelism)  # a bad name fails here, not mid-run
         self.routing = routing
         self.scan_max_parallelism = scan_max_parallelism
+        #: where the split routing's map tasks leave their rows (None: Spark's shuffle)
+        self.exchange_root = exchange.exchange_root(spark.sparkContext.master)
         self.store_url, self.namespace = _store_location(repo)
         self.crash = crash_spec()
         self.stopped_reason: str | None = None
@@ -115,6 +121,10 @@ class EpochRunner:
         self.interrupted: str | None = None
         self._wake = threading.Event()
         self._in_tasks = False
+        #: on a Kubernetes master: executors follow the parallelism (executors.py)
+        self.executors = ExecutorPool(spark.sparkContext)
+        #: the parallelism this runner last restored state for (None: not yet)
+        self._restored_at: int | None = None
 
     # -- one epoch ---------------------------------------------------------------------------
 
@@ -165,6 +175,8 @@ class EpochRunner:
             self.stopped_reason = "no new data"
             return None
         epoch = last_epoch + 1
+        # at the boundary, before any task of the epoch: executors for p (none on local[n])
+        executors = self.executors.resize(p)
         if self.job.time_mode == "logical":
             now_ms = epoch * self.job.logical_epoch_ms
         else:
@@ -187,16 +199,24 @@ class EpochRunner:
             driver_pid=os.getpid(),
             compaction_ratio=self.compaction_ratio,
         )
+        route, pieces = self._route(plan, splits)
+        restore: dict[str, int | float] | None = None
+        tasks_started = time.perf_counter()
         try:
             self._in_tasks = True
+            if self.interrupted is None and plan.key_groups and self._restored_at != p:
+                restore = self._restore(plan)
+                self._restored_at = p
+                tasks_started = time.perf_counter()
             if self.interrupted is None:
-                results = self._run_tasks(plan, splits)
+                results = self._run_tasks(plan, splits, route, pieces)
         except Exception:
             if self.interrupted is None:
                 raise
             log.info("epoch %d: Spark job ended after %s", epoch, self.interrupted, exc_info=True)
         finally:
             self._in_tasks = False
+        tasks_wall_s = time.perf_counter() - tasks_started
         if self.interrupted is not None:
             # Never start a commit after an interrupt: the epoch is abandoned, its objects
             # (if any were written) stay unreferenced, and a restart replans it.
@@ -231,7 +251,15 @@ class EpochRunner:
             # busy time per task (the autoscaler's true processing rate: records / busy_s)
             "busy_s": round(sum(r.busy_s for r in results), 6),
             "busy_max_s": round(max(r.busy_s for r in results), 6),
+            # the Spark job's wall time (tasks, scheduling, exchange); the rest of process_s is
+            # the driver's own work before and after it
+            "tasks_wall_s": round(tasks_wall_s, 6),
         }
+        state_read = sum(r.state_read_bytes for r in results)
+        if state_read:  # stored bytes the epoch's tasks read (not in the state cache)
+            stats["state_read_bytes"] = state_read
+        if restore is not None:
+            stats.update(restore)
         for hook in ("backlog", "backlog_records"):  # optional source hooks
             value = _backlog(source, offsets[source.name], hook)
             if value is not None:
@@ -258,9 +286,11 @@ class EpochRunner:
             extra={
                 "job": self.job.name,
                 "key": list(self.job.key_columns),
+                "routing": route,
                 "control": _applied(control, p),
                 **_inputs(source, committed, splits),
                 **({} if gate.record is None else {SWAP: gate.record}),
+                **({} if executors is None else {"executors": executors}),
             },
         )
         self.repo.write_manifest(manifest)
@@ -298,39 +328,102 @@ class EpochRunner:
         self._notify(result)
         return result
 
-    def _run_tasks(self, plan: TaskPlan, splits: list[Split]) -> list[ReduceResult]:
+    def _route(self, plan: TaskPlan, splits: list[Split]) -> tuple[str, list[routes.Piece]]:
+        """The epoch's routing (routing.py) and, for the split routing, its read pieces."""
+        p = plan.parallelism
+        if self.routing in ("scan", "shuffle") or (self.routing == "auto" and p == 1):
+            return routes.choose(self.routing, p, len(splits), self.scan_max_parallelism), []
+        pieces = routes.pieces(self.job.source, splits, p)
+        # without a file exchange the split routing pays Spark's shuffle: auto does not pick it
+        usable = len(pieces) if self.exchange_root is not None else 1
+        route = routes.choose(self.routing, p, usable, self.scan_max_parallelism)
+        return route, pieces if route == "split" else []
+
+    def _restore(self, plan: TaskPlan) -> dict[str, int | float]:
+        """The restore stage before a runner's first epoch and after a parallelism change: p
+        tasks load their key-group ranges into the machine's state cache at once (long
+        sequential reads of the packs), so the epoch's tasks start with their state. Returns
+        the manifest stats ``restore_*``."""
+        started = time.perf_counter()
+
+        def restorer(index: int, _: Any) -> Any:
+            return restore_partition(plan, index)
+
+        p = plan.parallelism
+        sc = self.spark.sparkContext
+        reports = sc.parallelize(range(p), p).mapPartitionsWithIndex(restorer).collect()
+        read = [r for r in reports if r.stored_bytes]
+        stats: dict[str, int | float] = {
+            "restore_s": round(time.perf_counter() - started, 6),
+            "restore_bytes": sum(r.stored_bytes for r in read),
+            "restore_payload_bytes": sum(r.payload_bytes for r in read),
+        }
+        if read:  # from the first task's read to the last task's state in the cache
+            span = max(r.ended for r in read) - min(r.started for r in read)
+            stats["restore_span_s"] = round(span, 6)
+        return stats
+
+    def _run_tasks(
+        self, plan: TaskPlan, splits: list[Split], route: str, pieces: list[routes.Piece]
+    ) -> list[ReduceResult]:
         sc = self.spark.sparkContext
         p = plan.parallelism
+        split = route == "split"
 
         def mapper(item: tuple[int, Split]) -> Any:
             return map_split(plan, item[0], item[1])
 
+        def piece_mapper(piece: routes.Piece) -> Any:
+            return map_split(
+                plan,
+                piece.split_index,
+                piece.split,
+                part=piece.part,
+                first_row=piece.first_row,
+                partial=False,
+            )
+
         def reducer(index: int, shares: Any) -> Any:
-            return reduce_partition(plan, index, shares)
+            return reduce_partition(plan, index, shares, partial=not split)
 
         def by_task(task: int) -> int:
             return task
 
         results: list[ReduceResult]
-        if self._scan(plan):
+        if route == "scan":
 
             def scanner(index: int, _: Any) -> Any:
                 return scan_partition(plan, index, splits)
 
             results = sc.parallelize(range(p), p).mapPartitionsWithIndex(scanner).collect()
+        elif split and self.exchange_root is not None:
+            results = self._run_split(plan, pieces)
         else:
-            shares: Any = sc.parallelize(list(enumerate(splits)), len(splits)).flatMap(mapper)
+            if split:
+                shares: Any = sc.parallelize(pieces, len(pieces)).flatMap(piece_mapper)
+            else:
+                shares = sc.parallelize(list(enumerate(splits)), len(splits)).flatMap(mapper)
             routed = shares.partitionBy(p, by_task)
             results = routed.mapPartitionsWithIndex(reducer).collect()
         if len(results) != p:
             raise EngineError(f"expected {p} reducer reports, got {len(results)}")
         return results
 
-    def _scan(self, plan: TaskPlan) -> bool:
-        """Route by scanning (each task reads the whole epoch) or by a shuffle of partials."""
-        if self.routing == "auto":
-            return plan.parallelism <= self.scan_max_parallelism
-        return self.routing == "scan"
+    def _run_split(self, plan: TaskPlan, pieces: list[routes.Piece]) -> list[ReduceResult]:
+        """The split routing through exchange files, in one Spark job of p tasks
+        (tasks.split_partition: each maps its pieces, collects the others', reduces)."""
+        sc = self.spark.sparkContext
+        p = plan.parallelism
+        assert self.exchange_root is not None
+        with exchange.epoch_directory(self.exchange_root, plan.epoch) as directory:
+
+            def split_task(index: int, _: Any) -> Any:
+                return split_partition(plan, index, pieces, directory)
+
+            results: list[ReduceResult] = (
+                sc.parallelize(range(p), p).mapPartitionsWithIndex(split_task).collect()
+            )
+        return results
 
     def _notify(self, result: EpochResult) -> None:
         """Best effort: tell the control plane in the background; never wait, never fail."""

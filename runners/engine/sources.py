@@ -9,6 +9,7 @@ what makes a replay after a crash produce byte-identical chunks and outputs.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -104,6 +105,20 @@ def _ranges(start: int, end: int, size: int) -> list[tuple[int, int]]:
     return [(a, min(a + size, end)) for a in range(start, end, max(1, size))]
 
 
+def balanced_pieces(start: int, end: int, cuts: Sequence[int], parts: int) -> list[tuple[int, int]]:
+    """`[start, end)` as at most `parts` contiguous ranges whose bounds are taken from `cuts`
+    (sorted, strictly inside the range): each bound is the cut nearest an equal share's end,
+    kept only within half a share of it (so no piece is a sliver)."""
+    bounds = [start]
+    for k in range(1, max(1, parts)):
+        target = start + (end - start) * k / parts
+        best = min((c for c in cuts if c > bounds[-1]), key=lambda c: abs(c - target), default=None)
+        if best is not None and best < end and abs(best - target) <= (end - start) / parts / 2:
+            bounds.append(best)
+    bounds.append(end)
+    return list(itertools.pairwise(bounds))
+
+
 def _data_files(path: str, suffix: str) -> list[str]:
     try:
         names = os.listdir(path)
@@ -161,6 +176,21 @@ class ParquetDirectory:
             max(0, self._num_rows(file) - offsets.get(file, 0))
             for file in _data_files(self.path, ".parquet")
         )
+
+    def divide(self, split: Split, parts: int) -> list[Split]:
+        """`split` as up to `parts` contiguous pieces cut at row-group boundaries, so each
+        piece reads only its own row groups (offsets are rows); one piece when the split lies
+        within one row group."""
+        meta = pq.read_metadata(split.locator)
+        cuts, row = [], 0
+        for i in range(meta.num_row_groups):
+            row += meta.row_group(i).num_rows
+            if split.start < row < split.end:
+                cuts.append(row)
+        return [
+            Split(split.source, split.partition, a, b, split.locator)
+            for a, b in balanced_pieces(split.start, split.end, cuts, parts)
+        ]
 
     def read(self, split: Split) -> SplitData:
         pf = pq.ParquetFile(split.locator)
@@ -390,11 +420,15 @@ def _write_atomic(path: str, write: Any) -> None:
     os.replace(tmp, path)
 
 
-def write_parquet_file(directory: str, name: str, table: pa.Table) -> str:
-    """Write one Parquet file into a source directory atomically (rename into place)."""
+def write_parquet_file(
+    directory: str, name: str, table: pa.Table, row_group_size: int | None = None
+) -> str:
+    """Write one Parquet file into a source directory atomically (rename into place); row
+    groups of `row_group_size` rows (pyarrow's default when None) are what the split routing
+    divides a file's reading at."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, name if name.endswith(".parquet") else name + ".parquet")
-    _write_atomic(path, lambda tmp: pq.write_table(table, tmp))
+    _write_atomic(path, lambda tmp: pq.write_table(table, tmp, row_group_size=row_group_size))
     return path
 
 

@@ -34,6 +34,7 @@ from runners.engine.tasks import STATE
 from snapshots_store import Manifest, ObjectNotFoundError, RefConflictError, Repository
 from snapshots_store.codec import format_timestamp
 from snapshots_store.objects import decode, object_key
+from snapshots_store.packs import PACK_BYTES, ref_objects
 
 Progress = Callable[[int, int], None]
 MigrationFn = Callable[[pa.Table], pa.Table]
@@ -91,7 +92,8 @@ def reachable_objects(repo: Repository, snapshot_id: str) -> tuple[list[str], li
     data: list[str] = []
     for sid in manifests:
         m = repo.read_manifest(sid)
-        for oid in [c for chain in m.key_groups.values() for c in chain] + list(m.outputs):
+        chunk_objects = ref_objects(c for chain in m.key_groups.values() for c in chain)
+        for oid in chunk_objects + list(m.outputs):
             if oid not in seen:
                 seen.add(oid)
                 data.append(oid)
@@ -147,7 +149,8 @@ def copy_branch(
     copied_until = 0
     for sid in manifests:
         m = src.read_manifest(sid)
-        needed = [c for chain in m.key_groups.values() for c in chain] + list(m.outputs)
+        chunk_objects = ref_objects(c for chain in m.key_groups.values() for c in chain)
+        needed = chunk_objects + list(m.outputs)
         last = max((position[oid] for oid in needed), default=-1)
         while copied_until <= last:
             copy(data[copied_until], f"chunk or output of snapshot {sid}")
@@ -247,9 +250,29 @@ def _load(repo: Repository, chain: Sequence[str], keys: Sequence[str]) -> pa.Tab
     return chunks.load_key_group(repo, chain, keys, use_cache=False).table
 
 
-def _write_base(repo: Repository, table: pa.Table) -> tuple[str, int]:
-    payload = chunks.encode_table(chunks.with_deleted(table))
-    return repo.put_object("chunk", payload), len(payload)
+class _Bases:
+    """New base chunks of key groups, written as packs (`Repository.put_chunks`) as they fill."""
+
+    def __init__(self, repo: Repository) -> None:
+        self.repo = repo
+        self.chains: dict[int, tuple[str, ...]] = {}
+        self.written = 0
+        self._payloads: dict[int, bytes] = {}
+        self._pending = 0
+
+    def add(self, kg: int, table: pa.Table) -> None:
+        payload = chunks.encode_table(chunks.with_deleted(table))
+        self._payloads[kg] = payload
+        self._pending += len(payload)
+        self.written += len(payload)
+        if self._pending >= PACK_BYTES:
+            self.flush()
+
+    def flush(self) -> dict[int, tuple[str, ...]]:
+        self.chains.update((kg, (ref,)) for kg, ref in self.repo.put_chunks(self._payloads).items())
+        self._payloads.clear()
+        self._pending = 0
+        return self.chains
 
 
 def _carried_extra(source: Manifest, keys: Sequence[str], **more: Any) -> dict[str, Any]:
@@ -368,10 +391,10 @@ def rehash(
         order = np.argsort(groups, kind="stable")
         state = state.take(pa.array(order))
         values, starts, counts = np.unique(groups[order], return_index=True, return_counts=True)
+        bases = _Bases(repo)
         for g, start, n in zip(values.tolist(), starts.tolist(), counts.tolist(), strict=True):
-            chunk_id, size = _write_base(repo, state.slice(start, n))
-            new_groups[g] = (chunk_id,)
-            written += size
+            bases.add(g, state.slice(start, n))
+        new_groups, written = bases.flush(), bases.written
         rows = state.num_rows
     old_m = source.max_parallelism
     manifest = Manifest(
@@ -467,7 +490,8 @@ def transform_state(
     keys = _key_columns(source, key)
     m = source.max_parallelism
     new_groups: dict[int, tuple[str, ...]] = {}
-    changed = written = 0
+    changed = 0
+    bases = _Bases(repo)
     for kg, chain in source.key_groups.items():
         table = _load(repo, chain, keys)
         try:
@@ -483,9 +507,9 @@ def transform_state(
             continue
         changed += 1
         if result.num_rows:
-            chunk_id, size = _write_base(repo, result)
-            new_groups[kg] = (chunk_id,)
-            written += size
+            bases.add(kg, result)
+    new_groups.update(bases.flush())
+    written = bases.written
     manifest = Manifest(
         branch=branch,
         epoch=source.epoch,

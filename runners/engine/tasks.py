@@ -17,13 +17,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runners.engine import aggregations as agg
-from runners.engine import chunks
+from runners.engine import chunks, exchange
 from runners.engine.crash import maybe_crash
 from runners.engine.hashing import key_groups, owners
 from runners.engine.job import Job
+from runners.engine.routing import Piece
 from runners.engine.sources import DeadLetter, Split
 from runners.engine.state import EpochContext, KeyedState, epoch_seed
 from snapshots_store import Repository
+from snapshots_store.packs import PACK_BYTES
 
 KG = "_kg"
 SEQ = "_seq"  # (split index << 40) + row: a record's position in the epoch's input
@@ -79,6 +81,10 @@ class MapShare:
 
     split_index: int
     payload: bytes
+    #: the piece of the split (split routing; 0 otherwise): shares sort by (split, part)
+    part: int = 0
+    #: the exchange file holding the payload instead (exchange.py), or ""
+    path: str = ""
     records_in: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
     map_s: float = 0.0
@@ -101,6 +107,8 @@ class ReduceResult:
     cache_misses: int
     map_s: float = 0.0
     reduce_s: float = 0.0
+    #: stored bytes of the chunks this task read from the store (not in the state cache)
+    state_read_bytes: int = 0
     #: seconds this task's work kept a core busy: the reduce (a scan task: reading its whole
     #: share too) plus, after a shuffle, the map time of the splits homed on this task
     busy_s: float = 0.0
@@ -180,13 +188,24 @@ def _codes(rows: pa.Table, groups: pa.Table, key_columns: Sequence[str]) -> np.n
     return np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
 
 
-def _with_seq(table: pa.Table, split_index: int) -> pa.Table:
-    seq = (np.int64(split_index) << np.int64(40)) + np.arange(table.num_rows, dtype=np.int64)
+def _with_seq(table: pa.Table, split_index: int, first_row: int = 0) -> pa.Table:
+    rows = np.arange(first_row, first_row + table.num_rows, dtype=np.int64)
+    seq = (np.int64(split_index) << np.int64(40)) + rows
     return table.append_column(SEQ, pa.array(seq))
 
 
-def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[int, MapShare]]:
-    """Read one split, route records to key groups, and hand each reducer its share."""
+def map_split(
+    plan: TaskPlan,
+    split_index: int,
+    split: Split,
+    *,
+    part: int = 0,
+    first_row: int = 0,
+    partial: bool = True,
+) -> Iterator[tuple[int, MapShare]]:
+    """Read one split (or one piece of it: rows from `first_row` of split `split_index`),
+    route records to key groups, and hand each reducer its share: per-key partial aggregates
+    (`partial`, the shuffle routing) or the rows themselves (the split routing)."""
     started = time.perf_counter()
     job = plan.job
     data = job.source.read(split)
@@ -196,9 +215,9 @@ def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[
     if job.aggregate is not None:
         table = table.select(job.input_columns)
     groups = key_groups([table.column(c) for c in job.key_columns], plan.max_parallelism)
-    table = _with_seq(table, split_index)
+    table = _with_seq(table, split_index, first_row)
     table = table.append_column(KG, pa.array(groups, type=pa.int32()))
-    if job.aggregate is not None:
+    if job.aggregate is not None and partial:
         table = _partial(job, table)
         groups = table.column(KG).to_numpy()
     owner = owners(np.asarray(groups), plan.parallelism, plan.max_parallelism)
@@ -207,15 +226,19 @@ def map_split(plan: TaskPlan, split_index: int, split: Split) -> Iterator[tuple[
     counts = np.bincount(owner, minlength=plan.parallelism)
     home = split_index % plan.parallelism
     start = 0
+    shares: list[tuple[int, MapShare]] = []
     for task in range(plan.parallelism):
         n = int(counts[task])
         if n or task == home:
-            share = MapShare(split_index, chunks.encode_table(table.slice(start, n)))
-            share.map_s = time.perf_counter() - started
+            share = MapShare(split_index, chunks.encode_table(table.slice(start, n)), part)
             if task == home:
                 share.records_in, share.dead_letters = records_in, dead
-            yield task, share
+            shares.append((task, share))
         start += n
+    map_s = time.perf_counter() - started
+    for task, share in shares:
+        share.map_s = map_s
+        yield task, share
 
 
 # -- reduce ------------------------------------------------------------------------------
@@ -292,8 +315,21 @@ def _output_payload(table: pa.Table, kind: str) -> bytes:
     return chunks.encode_table(table.replace_schema_metadata(meta))
 
 
+@dataclass
+class _Pending:
+    """A key group's new chunk, written with the next pack."""
+
+    old: chunks.KeyGroupState
+    new_state: pa.Table
+    payload: bytes
+    is_delta: bool
+    first_row: int
+    rows: int
+
+
 class _Writer:
-    """Writes a reducer's chunks, tracking bytes and the new chains."""
+    """Writes a reducer's chunks as packs (`Repository.put_chunks`: one durable write per
+    `PACK_BYTES` of chunks, not one per key group), tracking bytes and the new chains."""
 
     def __init__(self, plan: TaskPlan) -> None:
         self.plan = plan
@@ -302,39 +338,59 @@ class _Writer:
         self.changed_state_bytes = 0
         self.chunks_written = 0
         self.chains: dict[int, tuple[str, ...]] = {}
+        #: (chunk ref, first row, rows) of each key group's changed rows, in key-group order
+        self.output_refs: list[tuple[str, int, int]] = []
+        self.restore = chunks.Restore()
+        self.states: dict[int, chunks.KeyGroupState] = {}
+        self._pending: dict[int, _Pending] = {}
+        self._pending_bytes = 0
+
+    def load(self, kgs: Iterable[int], key_columns: Sequence[str]) -> None:
+        """Read the state of the key groups this task will change, all at once."""
+        chains = {kg: self.plan.key_groups[kg] for kg in kgs if self.plan.key_groups.get(kg)}
+        self.states, self.restore = chunks.load_key_groups(self.repo, chains, key_columns)
+
+    def state(self, kg: int) -> chunks.KeyGroupState | None:
+        return self.states.get(kg)
 
     def key_group(
         self, kg: int, old: chunks.KeyGroupState, new_state: pa.Table, delta: pa.Table
-    ) -> tuple[str, int, int]:
-        """Store a key group's new state: one delta chunk, or a new base when deltas outgrow it.
-
-        Returns (chunk id, first row, rows) of the changed rows: the whole delta, or the tail
-        of the new base (a base is the kept rows followed by the changed ones)."""
+    ) -> None:
+        """Queue a key group's new state: one delta chunk, or a new base when deltas outgrow
+        it. The changed rows are the whole delta, or the tail of the new base (a base is the
+        kept rows followed by the changed ones)."""
         delta_payload = chunks.encode_table(delta)
         self.changed_state_bytes += len(delta_payload)
         deltas_bytes = sum(old.sizes[1:]) + len(delta_payload)
         if old.chain and deltas_bytes <= old.sizes[0] * self.plan.compaction_ratio:
-            chunk_id = self.repo.put_object("chunk", delta_payload)
-            chain, sizes = (*old.chain, chunk_id), (*old.sizes, len(delta_payload))
-            self.bytes_written += len(delta_payload)
+            pending = _Pending(old, new_state, delta_payload, True, 0, delta.num_rows)
         else:
             base_payload = chunks.encode_table(chunks.with_deleted(new_state))
-            chunk_id = self.repo.put_object("chunk", base_payload)
-            chain, sizes = (chunk_id,), (len(base_payload),)
-            self.bytes_written += len(base_payload)
-        self.chunks_written += 1
-        self.chains[kg] = chain
-        chunks.cache_put(chunks.KeyGroupState(chain, new_state, sizes))
-        if len(chain) > 1:
-            return chunk_id, 0, delta.num_rows
-        return chunk_id, new_state.num_rows - delta.num_rows, delta.num_rows
+            first = new_state.num_rows - delta.num_rows
+            pending = _Pending(old, new_state, base_payload, False, first, delta.num_rows)
+        self._pending[kg] = pending
+        self._pending_bytes += len(pending.payload)
+        if self._pending_bytes >= PACK_BYTES:
+            self.flush()
 
-
-def _load(plan: TaskPlan, kg: int, key_columns: Sequence[str]) -> chunks.KeyGroupState | None:
-    chain = plan.key_groups.get(kg)
-    if not chain:
-        return None
-    return chunks.load_key_group(plan.repo(), chain, key_columns, None)
+    def flush(self) -> None:
+        """Write the queued chunks (packs of at most `PACK_BYTES`) and record their chains."""
+        if not self._pending:
+            return
+        refs = self.repo.put_chunks({kg: p.payload for kg, p in self._pending.items()})
+        for kg, p in self._pending.items():
+            ref = refs[kg]
+            if p.is_delta:
+                chain, sizes = (*p.old.chain, ref), (*p.old.sizes, len(p.payload))
+            else:
+                chain, sizes = (ref,), (len(p.payload),)
+            self.bytes_written += len(p.payload)
+            self.chunks_written += 1
+            self.chains[kg] = chain
+            chunks.cache_put(chunks.KeyGroupState(chain, p.new_state, sizes))
+            self.output_refs.append((ref, p.first_row, p.rows))
+        self._pending.clear()
+        self._pending_bytes = 0
 
 
 def _reduce_aggregate(
@@ -343,10 +399,10 @@ def _reduce_aggregate(
     job = plan.job
     keys = list(job.key_columns)
     table, slices = _kg_slices(partial)
-    refs = []
+    writer.load((kg for kg, _, _ in slices), keys)
     for kg, start, length in slices:
         part = table.slice(start, length)
-        old = _load(plan, kg, keys)
+        old = writer.state(kg)
         if old is None or old.table.num_rows == 0:
             new_state = part
             old = chunks.empty_state(part.schema)
@@ -374,8 +430,9 @@ def _reduce_aggregate(
                 pa.concat_tables([kept, changed.cast(kept.schema)]) if kept.num_rows else changed
             )
             delta = chunks.with_deleted(changed)
-        refs.append(writer.key_group(kg, old, new_state, delta))
-    return refs
+        writer.key_group(kg, old, new_state, delta)
+    writer.flush()
+    return writer.output_refs
 
 
 def _reduce_process(
@@ -386,6 +443,7 @@ def _reduce_process(
     assert job.process is not None
     keys = list(job.key_columns)
     table, slices = _kg_slices(records)
+    writer.load((kg for kg, _, _ in slices), keys)
     rows = table.to_pylist()
     out_rows: list[dict[str, Any]] = []
     state_schema = None
@@ -400,7 +458,7 @@ def _reduce_process(
         by_key: dict[int, list[int]] = {}
         for i, code in enumerate(codes.tolist()):
             by_key.setdefault(code, []).append(i)
-        old = _load(plan, kg, keys)
+        old = writer.state(kg)
         key_table = part.take(pa.array(first)).select(keys)
         if state_schema is None:
             state_schema = pa.schema(
@@ -444,24 +502,32 @@ def _reduce_process(
         flags = np.array(deleted, dtype=bool)
         new_state = chunks.apply_delta(old.table, chunks.with_deleted(delta, flags), keys)
         writer.key_group(kg, old, new_state, chunks.with_deleted(delta, flags))
+    writer.flush()
     if not out_rows:
         return []
     return [pa.Table.from_pylist(out_rows)]
 
 
 def reduce_partition(
-    plan: TaskPlan, task: int, shares: Iterable[tuple[int, MapShare]]
+    plan: TaskPlan, task: int, shares: Iterable[tuple[int, MapShare]], *, partial: bool = True
 ) -> Iterator[ReduceResult]:
-    """Merge this task's partials with its key groups' state at the parent; write chunks and
-    outputs; report the new chains. Runs once per task (key-group range)."""
+    """Merge this task's partials (`partial`) or rows with its key groups' state at the parent;
+    write chunks and outputs; report the new chains. Runs once per task (key-group range).
+
+    Rows (the split routing) are concatenated in input order and aggregated here, exactly as a
+    scan task aggregates the rows it kept, so both routings write the same bytes."""
     started = time.perf_counter()
-    received = sorted((s for _, s in shares), key=lambda s: s.split_index)
-    tables = [chunks.decode_table(s.payload) for s in received]
+    received = sorted((s for _, s in shares), key=lambda s: (s.split_index, s.part))
+    tables = [
+        exchange.read_table(s.path) if s.path else chunks.decode_table(s.payload) for s in received
+    ]
     tables = [t for t in tables if t.num_rows]
     merged = None
     if tables:
         merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
-        if plan.job.aggregate is not None and len(tables) > 1:
+        if plan.job.aggregate is not None and not partial:
+            merged = _partial(plan.job, merged)
+        elif plan.job.aggregate is not None and len(tables) > 1:
             merged = _combine(plan.job, merged)
     records_in = sum(s.records_in for s in received)
     dead: list[DeadLetter] = [d for s in received for d in s.dead_letters]
@@ -471,6 +537,72 @@ def reduce_partition(
     home_map_s = sum(s.map_s for s in received if s.split_index % plan.parallelism == task)
     result.busy_s = result.reduce_s + home_map_s
     yield result
+
+
+def split_partition(
+    plan: TaskPlan, task: int, pieces: Sequence[Piece], directory: str
+) -> Iterator[ReduceResult]:
+    """The split routing in one stage of p tasks. This task maps its own pieces (every p-th):
+    reads only that piece, writes each owner's rows to the exchange directory and publishes
+    the list. It then collects every other piece's list, waiting a little (twice its own map
+    time) for the task that owns it; a piece still missing then — its task has not started, as
+    when p exceeds the free slots — it maps itself, after claiming it so that two waiting tasks
+    do not both do it. Maps are deterministic, so a piece mapped twice writes the same bytes.
+    Then it reduces the rows sent to it."""
+    started = time.perf_counter()
+    p = plan.parallelism
+    map_s = 0.0
+
+    def run(piece: Piece) -> list[tuple[int, MapShare]]:
+        nonlocal map_s
+        t0 = time.perf_counter()
+        shares = map_split(
+            plan,
+            piece.split_index,
+            piece.split,
+            part=piece.part,
+            first_row=piece.first_row,
+            partial=False,
+        )
+        written = exchange.write_shares(directory, shares)
+        exchange.publish(directory, (piece.split_index, piece.part), written)
+        map_s += time.perf_counter() - t0
+        return written
+
+    everything: list[tuple[int, MapShare]] = []
+    for piece in pieces[task::p]:
+        key = (piece.split_index, piece.part)
+        exchange.claim(directory, key)
+        everything.extend(exchange.published(directory, key) or run(piece))
+    patience = max(0.05, 2 * (time.perf_counter() - started))
+    others = [q for i, q in enumerate(pieces) if i % p != task]
+    for piece in others:
+        key = (piece.split_index, piece.part)
+        got = exchange.wait_published(directory, key, patience)
+        if got is None:
+            if exchange.claim(directory, key):
+                got = run(piece)
+            else:
+                got = exchange.wait_published(directory, key, exchange.CLAIMED_TIMEOUT_S)
+                got = got if got is not None else run(piece)
+        patience = 0.0  # waited once for the other tasks: the rest are published or claimed
+        everything.extend(got)
+    received = [(owner, share) for owner, share in everything if owner == task]
+    for result in reduce_partition(plan, task, received, partial=False):
+        result.busy_s = map_s + result.reduce_s  # each map counted on the task that ran it
+        yield result
+
+
+def restore_partition(plan: TaskPlan, task: int) -> Iterator[chunks.Restore]:
+    """The restore stage (a runner's first epoch, or a new parallelism): load the state of every
+    key group this task owns into the machine's state cache, memory and local disk, with long
+    sequential reads (`chunks.load_key_groups`), so the epoch's tasks find it wherever they
+    run."""
+    groups = np.fromiter(plan.key_groups, dtype=np.int32, count=len(plan.key_groups))
+    owned = owners(groups, plan.parallelism, plan.max_parallelism)
+    mine = {int(kg): plan.key_groups[int(kg)] for kg in groups[owned == task]}
+    _, restore = chunks.load_key_groups(plan.repo(), mine, plan.job.key_columns, disk=True)
+    yield restore
 
 
 def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterator[ReduceResult]:
@@ -562,6 +694,7 @@ def _reduce(
         cache_misses=chunks.stats["misses"] - misses0,
         map_s=map_s,
         reduce_s=time.perf_counter() - started,
+        state_read_bytes=writer.restore.stored_bytes,
     )
 
 

@@ -54,6 +54,10 @@ class Backend(Protocol):
         """The value and version of `key`, or None when it does not exist."""
         ...
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        """`length` bytes of `key` from byte `start` (fewer at its end); None when absent."""
+        ...
+
     def put(self, key: str, data: bytes) -> str:
         """Write `key` unconditionally; returns the new version."""
         ...
@@ -112,6 +116,9 @@ class PrefixedBackend:
 
     def get(self, key: str) -> Blob | None:
         return self.inner.get(self._k(key))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        return self.inner.get_range(self._k(key), start, length)
 
     def put(self, key: str, data: bytes) -> str:
         return self.inner.put(self._k(key), data)

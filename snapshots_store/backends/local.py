@@ -176,6 +176,26 @@ class LocalBackend:
         data = self._read(self._path(key))
         return None if data is None else Blob(data, _version(data))
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        if start < 0 or length < 0:
+            raise ValueError(f"a byte range starts and runs at >= 0, not {start}+{length}")
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        try:
+            parts = []
+            while length > 0:
+                part = os.pread(fd, length, start)
+                if not part:
+                    break
+                parts.append(part)
+                start += len(part)
+                length -= len(part)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
+
     def stat(self, key: str) -> KeyInfo | None:
         try:
             result = os.stat(self._path(key))

@@ -126,6 +126,27 @@ class S3Backend:
             raise self._fail("GET", full, exc) from exc
         return Blob(data, str(response["ETag"]))
 
+    def get_range(self, key: str, start: int, length: int) -> bytes | None:
+        if start < 0 or length < 0:
+            raise ValueError(f"a byte range starts and runs at >= 0, not {start}+{length}")
+        if length == 0:
+            return b"" if self.stat(key) is not None else None
+        full = self._full(key)
+        try:
+            response = self._client.get_object(
+                Bucket=self.bucket, Key=full, Range=f"bytes={start}-{start + length - 1}"
+            )
+            data: bytes = response["Body"].read()
+        except ClientError as exc:
+            if _code(exc) in _MISSING_CODES:
+                return None
+            if _code(exc) == "InvalidRange":  # starts at or past the end
+                return b""
+            raise self._fail("GET", full, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("GET", full, exc) from exc
+        return data
+
     def stat(self, key: str) -> KeyInfo | None:
         full = self._full(key)
         try:

@@ -130,3 +130,14 @@ def build_lineage(name: str = "clicks") -> Lineage:
 @pytest.fixture
 def lineage(store_url: str, tokens: dict[str, str]) -> Lineage:
     return build_lineage()
+
+
+def current_database_url() -> str:
+    """The URL of the database this test runs on (for servers and workers it starts)."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    return (
+        f"postgres://{settings['USER']}:{settings['PASSWORD'] or ''}@{settings['HOST']}:"
+        f"{settings['PORT'] or 5432}/{settings['NAME']}"
+    )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from django.db import connection
@@ -106,9 +106,3 @@ def test_watch_is_validated(lineage: Lineage, client_for: Client) -> None:
         response = viewer.get(f"/api/jobs/{lineage.job.name}/?watch={bad}")
         assert response.status_code == 400
         assert "watch" in response.json()["error"]["fields"]
-
-
-@pytest.fixture(autouse=True)
-def _no_listener_left() -> Iterator[None]:
-    yield
-    feed.stop_listening()  # its connection would keep the test database from being dropped

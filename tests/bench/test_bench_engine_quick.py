@@ -21,6 +21,7 @@ from bench.engine import PARTS, REQUIRED_KEYS
 from tests.conftest import require_service
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+OWN_TEST_PARTS = ("restore", "large_state")
 
 pytestmark = pytest.mark.spark
 
@@ -58,8 +59,9 @@ def test_bench_engine_quick(tmp_path: Path) -> None:
     require_service("Java", shutil.which("java") is not None, "install OpenJDK 17")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
-    # every part but scale and recovery, which start more Spark sessions in child processes
-    parts = ",".join(p for p in PARTS if p not in ("scale", "recovery"))
+    # every part but scale and recovery, which start more Spark sessions in child processes,
+    # and restore and large_state (test_bench_engine_quick_restore_and_large_state)
+    parts = ",".join(p for p in PARTS if p not in ("scale", "recovery", *OWN_TEST_PARTS))
     proc = subprocess.run(
         [
             sys.executable,
@@ -110,3 +112,40 @@ def test_bench_engine_quick(tmp_path: Path) -> None:
         "engine_incremental",
         "polars_limit",
     }
+
+
+def test_bench_engine_quick_restore_and_large_state(tmp_path: Path) -> None:
+    """The restore part (a restart at p = 3 in a child session, the disk baseline) and the
+    large_state part (engine at M = 4,096 and the peers over an incremental key space) run at
+    tiny sizes and report every figure."""
+    require_service("Java", shutil.which("java") is not None, "install OpenJDK 17")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
+    argv = [sys.executable, "-m", "bench.engine", "--quick", "--parts", ",".join(OWN_TEST_PARTS)]
+    argv += ["--work-dir", str(tmp_path / "w"), "--restore-keys", "30000"]
+    proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=540)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines, f"no stdout; stderr tail:\n{proc.stderr[-4000:]}"
+    report = json.loads(lines[-1])
+    assert proc.returncode == 0, f"exit {proc.returncode}; stderr tail:\n{proc.stderr[-4000:]}"
+    assert report["checksums_match"] is True, report["checksum_problems"]
+    restore = report["restore"]
+    assert restore["keys"] == 30000 and restore["parallelism"] == [2, 3]
+    # the restarted tasks read the whole snapshot's state from the store, nothing from a cache
+    assert restore["restore_bytes"] == restore["state_stored_bytes"] > 0
+    assert restore["restore_payload_bytes"] == restore["state_payload_bytes"]
+    assert restore["state_payload_bytes"] > restore["state_stored_bytes"]  # compressed
+    assert restore["page_cache_drop"] in ("drop_caches", "fadvise")
+    assert restore["disk_read_bytes"] >= restore["state_stored_bytes"]  # whole pack files
+    assert report["restore_mb_s"] > 0 and report["disk_read_mb_s"] > 0
+    assert report["restore_ratio"] == pytest.approx(
+        report["restore_mb_s"] / report["disk_read_mb_s"], rel=0.05, abs=0.002
+    )
+    large = report["large_state"]
+    assert large["keys"] == 20000 and large["max_parallelism"] == 4096
+    assert large["total_records"] == 20000 + 2 * 2000
+    for variant in ("engine", "spark_builtin", "stateless"):
+        assert large[f"{variant}_rps"] > 0, variant
+        assert large["peak_rss_mb"][variant] > 100, variant  # the JVM is in the process tree
+        assert len(large["seconds_per_epoch"][variant]) == 3, variant
+    assert 0 < large["commit_p50_ms"] <= large["commit_p99_ms"]

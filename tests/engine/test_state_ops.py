@@ -367,7 +367,9 @@ def test_copy_refuses_a_corrupt_source_object(half: Repository, tmp_path: Path) 
         assert not dst.has_object(victim) and dst.read_ref("heads/cp-bad") is None
     finally:
         half.backend.put(key, blob.data)
-    assert decode_table(half.get_object(victim)).num_rows > 0
+    chains = [c for _, m in half.log(head) for c in m.key_groups.values()]
+    ref = next(r for chain in chains for r in chain if r.split(":")[0] == victim)
+    assert decode_table(half.read_chunk(ref)).num_rows > 0  # sound again: a pack member
 
 
 def test_replay_problem_checks_the_source_of_a_snapshot(half: Repository, epochs_dir: str) -> None:

@@ -20,6 +20,7 @@ from controlplane.jobs import services as job_services
 from controlplane.jobs.models import Job, Run
 from controlplane.jobs.services import job_create
 from controlplane.operations.executor import execute
+from controlplane.operations.models import Operation
 from controlplane.operations.reconciler import reconcile_jobs
 from controlplane.operations.services import operation_request
 from tests.conftest import registered_store
@@ -143,13 +144,15 @@ def test_start_follow_and_stop_a_job_on_kubernetes(api: RunningDouble, job: Job)
             ],
         },
     )
-    reconcile_jobs()
-    reconcile_jobs()
+    assert reconcile_jobs() == (1, 1)  # the first restart is requested in the same tick
+    reconcile_jobs()  # its start operation is active: nothing more to do
     run.refresh_from_db()
     job.refresh_from_db()
     assert run.phase == "failed" and run.reason == "OOMKilled (exit code 137)"
     assert job.state == "failed" and "OOMKilled" in job.status_reason
-    assert job.next_restart_at is not None  # restart scheduled with back-off
+    assert job.restarts == 1 and job.next_restart_at is None
+    [restart] = Operation.objects.filter(job=job, kind="start", requested_via="reconciler")
+    assert run.run_id in restart.reason and "OOMKilled" in restart.reason
 
 
 def test_stop_deletes_the_driver_at_the_deadline(api: RunningDouble, job: Job) -> None:

@@ -49,7 +49,7 @@ def test_equal_manifests_get_equal_ids(repo: Repository) -> None:
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("format", 2),
+        ("format", 3),
         ("format", True),
         ("parents", [PARENT, PARENT]),
         ("parents", ["nothex"]),

@@ -69,6 +69,26 @@ def commit_forever(url: str, size: int) -> None:
         print(target, flush=True)
 
 
+def commit_packs_forever(url: str, size: int) -> None:
+    """Commit epochs whose key-group chunks are packs (two per epoch: 4 key groups, packs of
+    at most 2 chunks), each key group's chain growing by a delta until it has 3 chunks; print
+    each committed id."""
+    repo = Repository.open(url, "app")
+    head = repo.read_ref("heads/main")
+    target = None if head is None else head.target
+    while True:
+        parent = None if target is None else repo.read_manifest(target)
+        epoch = 0 if parent is None else parent.epoch + 1
+        refs = repo.put_chunks({kg: os.urandom(size) for kg in range(4)}, pack_bytes=2 * size)
+        chains = {
+            kg: [*(parent.key_groups[kg] if parent and len(parent.key_groups[kg]) < 3 else ()), r]
+            for kg, r in refs.items()
+        }
+        m = manifest(epoch=epoch, parents=(target,) if target else (), key_groups=chains)
+        target = repo.commit(m, "main", expected_head=target, reason=f"epoch {epoch}")
+        print(target, flush=True)
+
+
 def die_before_cas(url: str) -> None:
     """Write a commit's objects and manifest, then SIGKILL itself before the ref CAS."""
     repo = Repository.open(url, "app")
@@ -84,6 +104,8 @@ if __name__ == "__main__":
     command, *args = sys.argv[1:]
     if command == "commit-forever":
         commit_forever(args[0], int(args[1]))
+    elif command == "commit-packs-forever":
+        commit_packs_forever(args[0], int(args[1]))
     elif command == "die-before-cas":
         die_before_cas(args[0])
     else:

@@ -1,6 +1,7 @@
-"""Every page in Chromium against the live server, on a small real lineage (no Spark): charts
-drawn by plotly.js from our static files, the lineage graph clickable, the key lookup and the
-rescale preview live, no console error, no request leaving localhost."""
+"""Every page in Chromium against the live server, on a small real lineage (no Spark): the
+overview's table following a change without a reload, charts drawn by plotly.js from our
+static files, the lineage graph clickable, the key lookup and the rescale preview live, no
+console error, no request leaving localhost."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from controlplane.jobs.models import Job
 from tests.web.browser import chromium, watched
 from tests.web.conftest import PASSWORD, build_lineage
 
@@ -36,6 +38,10 @@ def test_pages_render_in_chromium_without_errors(
     page = operator.page
     assert page.locator("[data-job=clicks-main] [data-testid=epoch]").inner_text() == "5"
     operator.screenshot("fixture-overview")
+    # the table follows the change feed: a job failing elsewhere shows without a reload
+    Job.objects.filter(pk=lineage.job.pk).update(state="failed", status_reason="driver lost")
+    page.wait_for_selector('tr.level-alarm[data-job="clicks-main"]', timeout=15_000)
+    assert "driver lost" in page.inner_text('[data-job="clicks-main"]')
 
     operator.go("/jobs/clicks-main/")
     page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length === 7")

@@ -1,15 +1,18 @@
-"""The overview: every job at a glance, with filters and alarms; refreshed live."""
+"""The overview: every job at a glance, with filters and alarms; live: the fragment follows
+the change feed (any job or operation, `web.live`), and ages with the clock (lag, stalls)."""
 
 from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
+from controlplane.api.conditional import matches
 from controlplane.applications.models import Application
 from controlplane.jobs.health import job_health, stall_after_s
 from controlplane.jobs.models import JobState
 from controlplane.jobs.selectors import job_list
-from controlplane.operations.selectors import operation_list
+from controlplane.operations.selectors import OVERVIEW_KEYS, operation_list, overview_revision
 from web.access import viewer_required
+from web.live import WATCH_S, live_etag, not_modified, still_unchanged, watch_headers
 from web.views.base import is_htmx, page
 
 LEVELS = ("alarm", "warn", "ok", "idle")
@@ -21,6 +24,13 @@ def overview(request: HttpRequest) -> HttpResponse:
     state = request.GET.get("state", "").strip()
     query = request.GET.get("q", "").strip()
     alarms_only = request.GET.get("alarms") == "1"
+    revision = overview_revision()  # before what it describes: the ETag is never newer
+    etag = live_etag("overview", "jobs", revision, ages=True)
+    if is_htmx(request) and matches(request, etag):  # type: ignore[arg-type]
+        if still_unchanged(request, OVERVIEW_KEYS, revision, read=overview_revision):
+            return not_modified(etag)
+        revision = overview_revision()
+        etag = live_etag("overview", "jobs", revision, ages=True)
     problems = []
     if state and state not in JobState.values:
         problems.append(
@@ -47,6 +57,17 @@ def overview(request: HttpRequest) -> HttpResponse:
         "problems": problems,
         "stall_after_s": stall_after_s(),
         "operations": list(operation_list()[:8]),
+        "watch_headers": watch_headers(etag),
+        "live_url": _live_url(request),
     }
     template = "web/partials/overview_live.html" if is_htmx(request) else "web/overview.html"
-    return page(request, template, context)
+    response = page(request, template, context)
+    response["ETag"] = etag
+    return response
+
+
+def _live_url(request: HttpRequest) -> str:
+    """This page's fragment with the same filters, watched (`web.live.WATCH_S`)."""
+    params = request.GET.copy()
+    params["watch"] = str(WATCH_S)
+    return f"{request.path}?{params.urlencode()}"

@@ -25,6 +25,7 @@ from controlplane.api.serializers import (
     JobSerializer,
     LogsSerializer,
     RunSerializer,
+    job_detail_representation,
 )
 from controlplane.applications.selectors import application_get, version_get, version_latest
 from controlplane.changes.feed import wait_for_change
@@ -122,7 +123,7 @@ class JobDetailView(ApiView):
             "active_operation": job.active_operation,  # type: ignore[attr-defined]
             "head": mark.head,
         }
-        return tag(Response(JobDetailSerializer(job, context=ctx).data), etag)
+        return tag(Response(job_detail_representation(job, ctx)), etag)
 
 
 class JobRunListView(ApiView):

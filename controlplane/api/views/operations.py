@@ -159,20 +159,19 @@ class OperationListView(ApiView):
 class OperationDetailView(ApiView):
     @extend_schema(tags=TAGS, responses={200: OperationSerializer})
     def get(self, request: Request, operation_id: str) -> Response:
-        operation = selectors.operation_get(operation_id=operation_id)
-        etag = etag_for(request, "operation", operation.pk.hex, operation.revision)  # type: ignore[attr-defined]
+        key, revision = selectors.operation_revision(operation_id=operation_id)
+        etag = etag_for(request, "operation", key.hex, revision)
         if matches(request, etag):
             with watching(request) as deadline:
                 changed = deadline is not None and wait_for_change(
-                    operation_key(operation.pk),
-                    operation.revision,  # type: ignore[attr-defined]
-                    deadline=deadline,
-                    release_connection=True,
+                    operation_key(key), revision, deadline=deadline, release_connection=True
                 )
             if not changed:
                 return not_modified_after_watch(request, etag)
-            operation = selectors.operation_get(operation_id=operation_id)
-            etag = etag_for(request, "operation", operation.pk.hex, operation.revision)  # type: ignore[attr-defined]
+            key, revision = selectors.operation_revision(operation_id=operation_id)
+            etag = etag_for(request, "operation", key.hex, revision)
+        # read after the revision: the ETag is never newer than the body
+        operation = selectors.operation_get(operation_id=operation_id)
         data = OperationSerializer(operation, context={"request": request}).data
         return tag(Response(data), etag)
 

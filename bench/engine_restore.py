@@ -1,0 +1,245 @@
+"""The ``restore`` part of ``python -m bench.engine``: how fast a restart-rescale brings
+state back, against the disk's own sequential read bandwidth measured in the same run.
+
+1. The vectorised job loads every key once (epoch 1, p = 2, M = 128): ≥ 1 GB of state at the
+   default size (``--restore-keys``; the state's payload bytes are reported).
+2. The store's files are dropped from the page cache (`bench.disk.drop_page_cache`), then a
+   child process restarts the job at p = 3 (a new JVM and new Python workers, an empty state
+   cache) and runs its next epoch (``--restore-touched`` keys). Before it, the engine's restore
+   stage (`EpochRunner._restore`, a runner's first epoch or a new parallelism) has each of the
+   3 tasks load its whole key-group range into the state cache at once: long sequential range
+   reads of the packs, several in flight (runners/engine/chunks.py `load_key_groups`).
+   ``restore_mb_s`` = stored bytes the tasks read ÷ the wall-clock span from the first task's
+   read start to the last task's state in the cache (manifest stats ``restore_bytes``,
+   ``restore_span_s``; ``restore_s`` is the stage's whole Spark job).
+3. The baseline: files of the same sizes as the packs read, written the way the store writes
+   (temp file, fsync, rename), dropped from the page cache the same way, read one after the
+   other in 32 MiB reads: ``disk_read_mb_s``. ``restore_ratio`` = restore ÷ disk (target
+   ≥ 0.5).
+
+Correctness: the restored epoch must read exactly the snapshot's stored state bytes (every
+member is verified against its hash on read), read ``--restore-touched`` records and output one
+row per touched key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import disk
+from bench.datagen import EpochSet
+from bench.engine_job import aggregate_job
+from bench.timing import log
+
+MAX_PARALLELISM = 128
+FROM_PARALLELISM, TO_PARALLELISM = 2, 3
+
+
+@dataclass(frozen=True)
+class RestoreSizes:
+    keys: int  # every key once in epoch 1: the state restored
+    touched: int  # distinct keys of the restored epoch (must reach every key group)
+
+
+DEFAULT_SIZES = RestoreSizes(keys=28_000_000, touched=200_000)
+QUICK_SIZES = RestoreSizes(keys=20_000, touched=2_000)
+
+
+def _dataset(work: Path, sizes: RestoreSizes) -> EpochSet:
+    return EpochSet(
+        work / "data" / f"restore-{sizes.keys}",
+        keys=sizes.keys,
+        records=sizes.touched,
+        epochs=2,
+        incremental=True,
+        seed=11,
+    )
+
+
+def measure(spark: Any, work: Path, store_url: str, namespace: str, sizes: RestoreSizes) -> dict:
+    """Run the part; returns the report's figures (``restore_*``, ``disk_*``) and problems."""
+    from runners.engine import EpochRunner
+    from snapshots_store import Repository
+
+    t0 = time.perf_counter()
+    data = _dataset(work, sizes).generate()
+    log(f"restore: data {sizes.keys:,} keys + {sizes.touched:,} ({time.perf_counter() - t0:.1f} s)")
+    repo = Repository.open(store_url, namespace)
+    job = aggregate_job("engine_restore", data.directory)
+    runner = EpochRunner(
+        spark,
+        job,
+        repo=repo,
+        parallelism=FROM_PARALLELISM,
+        max_parallelism=MAX_PARALLELISM,
+    )
+    t1 = time.perf_counter()
+    loaded = runner.run_epoch()
+    if loaded is None or loaded.records_in != sizes.keys:
+        raise RuntimeError(f"restore: the loading epoch did not run ({runner.stopped_reason})")
+    load_s = time.perf_counter() - t1
+    state = _state_figures(repo, loaded.snapshot_id)
+    log(f"restore: loaded {state['state_payload_bytes'] / 1e6:.0f} MB of state in {load_s:.1f} s")
+    root = _local_root(store_url)
+    store_files = [p for p in (root / namespace / "objects").rglob("*") if p.is_file()]
+    method = disk.drop_page_cache(store_files)
+    child = _restart(work, store_url, namespace, data)
+    problems = []
+    if child is None:
+        return {"restore_problems": ["restore: the restarted job failed"], **_nulls()}
+    if child["restore_bytes"] != state["state_stored_bytes"]:
+        problems.append(
+            f"restore read {child['restore_bytes']} stored bytes, the snapshot holds "
+            f"{state['state_stored_bytes']}"
+        )
+    if child["state_read_bytes"]:
+        problems.append(f"the restored epoch's tasks read {child['state_read_bytes']} more bytes")
+    if child["records_in"] != sizes.touched or child["output_rows"] != sizes.touched:
+        problems.append(f"restored epoch read/output {child} rows, expected {sizes.touched}")
+    base_files = disk.write_like_the_store(work / "disk-baseline", state["pack_sizes"])
+    base_method = disk.drop_page_cache(base_files)
+    disk_mb_s, disk_bytes, disk_s = disk.sequential_read_mb_s(base_files)
+    for path in base_files:
+        path.unlink()
+    restore_mb_s = child["restore_bytes"] / 1e6 / child["restore_span_s"]
+    figures = {
+        "restore_mb_s": round(restore_mb_s, 1),
+        "disk_read_mb_s": round(disk_mb_s, 1),
+        "restore_ratio": round(restore_mb_s / disk_mb_s, 3),
+        "restore": {
+            "keys": sizes.keys,
+            "touched_keys": sizes.touched,
+            "max_parallelism": MAX_PARALLELISM,
+            "parallelism": [FROM_PARALLELISM, TO_PARALLELISM],
+            "state_payload_bytes": state["state_payload_bytes"],
+            "state_stored_bytes": state["state_stored_bytes"],
+            "packs": len(state["pack_sizes"]),
+            "load_epoch_s": round(load_s, 2),
+            "restore_bytes": child["restore_bytes"],
+            "restore_payload_bytes": child["restore_payload_bytes"],
+            "restore_span_s": child["restore_span_s"],
+            "restore_stage_s": child["restore_s"],
+            "restore_payload_mb_s": round(
+                child["restore_payload_bytes"] / 1e6 / child["restore_span_s"], 1
+            ),
+            "restored_epoch_s": child["duration_s"],
+            "restart_session_s": child["session_s"],
+            "disk_read_bytes": disk_bytes,
+            "disk_read_s": round(disk_s, 3),
+            "page_cache_drop": method if method == base_method else f"{method}/{base_method}",
+        },
+        "restore_problems": problems,
+    }
+    log(f"restore: {json.dumps(figures)}")
+    return figures
+
+
+def _nulls() -> dict[str, Any]:
+    return {"restore_mb_s": None, "disk_read_mb_s": None, "restore_ratio": None}
+
+
+def _local_root(store_url: str) -> Path:
+    if store_url.startswith("file://"):
+        return Path(store_url[len("file://") :])
+    if "://" not in store_url:
+        return Path(store_url)
+    raise SystemExit("the restore part measures a local disk: use a file:// --store-url")
+
+
+def _state_figures(repo: Any, snapshot_id: str) -> dict[str, Any]:
+    """Payload and stored bytes of a snapshot's state, and the stored size of each pack."""
+    from snapshots_store.objects import object_key
+    from snapshots_store.packs import split_ref
+
+    manifest = repo.read_manifest(snapshot_id)
+    payload = stored = 0
+    packs: dict[str, int] = {}
+    for chain in manifest.key_groups.values():
+        for ref in chain:
+            pack_id, member = split_ref(ref)
+            if member is None:
+                raise RuntimeError("restore: the engine wrote a loose chunk, expected packs")
+            entry = repo.chunks.member(ref)[1]
+            payload += entry.size
+            stored += entry.stored
+            packs[pack_id] = repo.backend.stat(object_key(pack_id)).size
+    return {
+        "state_payload_bytes": payload,
+        "state_stored_bytes": stored,
+        "pack_sizes": [packs[p] for p in sorted(packs)],
+    }
+
+
+def _restart(work: Path, store_url: str, namespace: str, data: EpochSet) -> dict | None:
+    """Run the restarted epoch in a child process; its JSON report (None when it failed)."""
+    argv = [
+        sys.executable, "-m", "bench.engine_restore",
+        "--store-url", store_url, "--namespace", namespace, "--data-dir", str(data.directory),
+    ]  # fmt: skip
+    log(f"restore: restarting at p={TO_PARALLELISM} in a child process")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=1800, cwd=work)
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    if proc.returncode != 0 or not lines:
+        log(f"restore: child failed ({proc.returncode}): {proc.stderr[-3000:]}")
+        return None
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def restart(args: argparse.Namespace) -> dict[str, Any]:
+    """The child: a fresh session (new JVM, new Python workers, an empty state cache directory)
+    runs the job's next epoch at p = 3."""
+    os.environ["EPOCHAL_STATE_CACHE_DIR"] = tempfile.mkdtemp(prefix="restore-cache-")
+    from runners.engine import EpochRunner
+    from runners.engine.session import build_spark_session
+    from snapshots_store import Repository
+
+    t0 = time.perf_counter()
+    spark = build_spark_session(
+        master="local[2]", app_name="bench-restore", conf={"spark.driver.memory": "4g"}
+    )
+    session_s = time.perf_counter() - t0
+    repo = Repository.open(args.store_url, args.namespace)
+    job = aggregate_job("engine_restore", args.data_dir)
+    runner = EpochRunner(
+        spark, job, repo=repo, parallelism=TO_PARALLELISM, max_parallelism=MAX_PARALLELISM
+    )
+    result = runner.run_epoch()
+    if result is None:
+        raise SystemExit(f"the restarted epoch did not run ({runner.stopped_reason})")
+    stats = repo.read_manifest(result.snapshot_id).stats
+    spark.stop()
+    return {
+        "session_s": round(session_s, 2),
+        "duration_s": round(result.duration_s, 3),
+        "records_in": result.records_in,
+        "output_rows": result.output_rows,
+        "parallelism": result.parallelism,
+        "restore_bytes": int(stats.get("restore_bytes", 0)),
+        "restore_payload_bytes": int(stats.get("restore_payload_bytes", 0)),
+        "restore_span_s": float(stats.get("restore_span_s", 0.0)),
+        "restore_s": float(stats.get("restore_s", 0.0)),
+        "state_read_bytes": int(stats.get("state_read_bytes", 0)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.engine_restore", description=__doc__)
+    p.add_argument("--store-url", required=True)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--data-dir", required=True)
+    print(json.dumps(restart(p.parse_args(argv))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

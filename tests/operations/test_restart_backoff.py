@@ -1,0 +1,82 @@
+"""The restart policy's timing: a job whose run failed is restarted in the same reconciler tick
+the failure is seen (no back-off for the first restart), later restarts wait
+`restart_backoff_s`, doubling."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from django.utils import timezone
+
+from controlplane.applications.models import Application, ApplicationVersion
+from controlplane.jobs.models import DesiredState, Job, Run, RunPhase
+from controlplane.jobs.services import job_create
+from controlplane.operations.models import Operation
+from controlplane.operations.reconciler import reconcile_jobs, watch_runs
+from tests.conftest import registered_store
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Job:
+    (tmp_path / "input").mkdir()
+    app = Application.objects.create(
+        name="clicks",
+        store_namespace="clicks",
+        store=registered_store(f"file://{tmp_path / 'store'}"),
+    )
+    version = ApplicationVersion.objects.create(
+        application=app,
+        number=1,
+        job="clickstream",
+        config={"job_args": {"directory": str(tmp_path / "input")}},
+    )
+    job = job_create(name="clicks-main", application=app, version=version, parallelism=2)
+    Job.objects.filter(pk=job.pk).update(desired_state=DesiredState.RUNNING, restart_backoff_s=10)
+    return job
+
+
+def fail_a_run(job: Job, run_id: str) -> None:
+    """A run of the job that ended failed, and no operation active (the last start is done)."""
+    Operation.objects.filter(job=job).update(state="succeeded")
+    Run.objects.create(
+        job=job,
+        run_id=run_id,
+        runner="local",
+        parallelism=2,
+        spec={},
+        phase=RunPhase.FAILED,
+        reason="killed by SIGKILL",
+        finished_at=timezone.now(),
+    )
+
+
+def restarts_requested(job: Job) -> list[Operation]:
+    return list(Operation.objects.filter(job=job, kind="start", requested_via="reconciler"))
+
+
+def test_first_restart_at_once_then_doubling_back_off(job: Job) -> None:
+    fail_a_run(job, "run1")
+    assert watch_runs() == {"runs_checked": 0, "restarts_requested": 1}
+    job.refresh_from_db()
+    assert job.restarts == 1 and job.next_restart_at is None
+    [first] = restarts_requested(job)
+    assert "run run1 failed (killed by SIGKILL)" in first.reason
+
+    for run_id, wait_s in (("run2", 10), ("run3", 20)):
+        fail_a_run(job, run_id)
+        before = timezone.now()
+        assert reconcile_jobs() == (0, 0)  # the back-off is scheduled, nothing requested
+        job.refresh_from_db()
+        assert job.state == "failed" and f"in {wait_s} s" in job.status_reason
+        assert job.next_restart_at is not None
+        waits = (job.next_restart_at - before).total_seconds()
+        assert wait_s - 1 < waits <= wait_s + 1
+        assert reconcile_jobs() == (0, 0)  # still waiting
+        Job.objects.filter(pk=job.pk).update(next_restart_at=timezone.now() - dt.timedelta(1))
+        assert reconcile_jobs() == (0, 1)
+    job.refresh_from_db()
+    assert job.restarts == 3 and len(restarts_requested(job)) == 3
