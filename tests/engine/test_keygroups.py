@@ -165,3 +165,13 @@ def test_vectorised_hash_on_sliced_and_large_string_arrays() -> None:
     assert key_hashes([large]).tolist() == [mmh3.hash(v.encode(), 0, signed=False) for v in values]
     chunked = pa.chunked_array([values[:100], values[100:]])
     assert np.array_equal(key_hashes([chunked]), key_hashes([pa.array(values)]))
+
+
+@pytest.mark.parametrize("width", [1, 4, 7, 8, 9, 12])
+def test_vectorised_hash_on_equal_length_keys(width: int) -> None:
+    """Keys of one length (the contiguous fast path), whole arrays and slices."""
+    values = [f"{i:0{width}d}"[-width:] for i in range(500)]
+    array = pa.array(values)
+    expected = [mmh3.hash(v.encode(), 0, signed=False) for v in values]
+    assert key_hashes([array]).tolist() == expected
+    assert key_hashes([array.slice(13, 200)]).tolist() == expected[13:213]
