@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench import checksum as ck
+from bench import engine_recovery
 from bench.datagen import ROW_GROUP_ROWS, EpochSet
 from bench.driver_model import driver_point, fit_driver_model
 from bench.engine_job import aggregate_job
@@ -592,13 +593,13 @@ class Bench:
             self.problems.append(f"live rescale ran at parallelism {parallelism}")
 
     def recovery(self) -> None:
-        """Seconds from a driver SIGKILL mid-epoch to the first commit after a restart through
-        the local launcher, ÷ (the job's own session start + 2 steady epochs)."""
+        """Seconds from a driver SIGKILL mid-epoch to the first commit after the control
+        plane restarted it, ÷ (the job's own session start + 2 steady epochs)."""
         s = self.sizes
         data = self.dataset(
             "live", keys=s.live_keys, records=s.live_records, epochs=s.live_epochs, seed=5
         )
-        figures = measure_recovery(self.work, self.store_url, self.namespace("recovery"), data)
+        figures = engine_recovery.measure_recovery(self.work, data)
         log(f"recovery: {figures}")
         if not figures["recovery_kill_mid_epoch"]:
             self.problems.append("recovery: the kill did not land inside an epoch")
@@ -663,92 +664,6 @@ def recovery_job(directory: str) -> Any:
         aggregate=[agg.count(), agg.sum("value"), agg.max("value")],
         code_version="1",
     )
-
-
-def _events(log_path: Path) -> list[dict[str, Any]]:
-    """The JSON event lines a job printed so far (its run's output.log)."""
-    events = []
-    if log_path.exists():
-        for line in log_path.read_text(errors="replace").splitlines():
-            if line.startswith("{"):
-                try:
-                    events.append(json.loads(line))
-                except ValueError:
-                    continue
-    return events
-
-
-def measure_recovery(work: Path, store_url: str, namespace: str, data: EpochSet) -> dict:
-    """Start the job through the local launcher (the control plane's RUNNER=local path), let
-    it commit two epochs, SIGKILL its process group (driver and JVM) a third of the way into
-    the next epoch, start it again the same way, and time the kill to the first new commit."""
-    import signal
-
-    from runners.job_spec import JobSpec, Resources
-    from runners.local import LocalLauncher
-    from snapshots_store import Repository
-
-    launcher = LocalLauncher(runs_dir=work / "runs")
-    repo = Repository.open(store_url, namespace)
-
-    def spec() -> JobSpec:
-        return JobSpec(
-            application="bench",
-            namespace=namespace,
-            branch="main",
-            store_url=store_url,
-            job="bench-recovery",  # an epochal.jobs entry point (pyproject.toml)
-            job_args={"directory": str(data.directory)},
-            parallelism=PARALLELISM,
-            resources=Resources(driver_memory_mb=4096),
-        )
-
-    def head_epoch() -> int:
-        head = repo.read_ref("heads/main")
-        return 0 if head is None else repo.read_manifest(head.target).epoch
-
-    def wait(what: str, condition: Any, timeout: float = 600) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = condition()
-            if value:
-                return value
-            time.sleep(0.02)
-        raise RuntimeError(f"recovery: timed out waiting for {what}")
-
-    first = spec()
-    t_launch = time.perf_counter()
-    handle = launcher.start(first)
-    log_path = Path(handle.location) / "output.log"
-    wait("the job to start", lambda: any(e.get("event") == "started" for e in _events(log_path)))
-    session_s = time.perf_counter() - t_launch
-    wait("two commits", lambda: head_epoch() >= 2)
-
-    def third_started() -> bool:
-        return sum(e.get("event") == "epoch_start" for e in _events(log_path)) >= 3
-
-    wait("the third epoch to start", third_started)
-    durations = [float(e["duration_s"]) for e in _events(log_path) if e.get("event") == "committed"]
-    epoch_s = durations[-1]
-    time.sleep(epoch_s / 3)
-    pid = json.loads((Path(handle.location) / "pid").read_text())["pid"]
-    os.killpg(pid, signal.SIGKILL)
-    t_kill = time.perf_counter()
-    at_kill = head_epoch()
-    mid_epoch = at_kill == 2  # the third epoch had started and had not committed
-    second = spec()
-    handle2 = launcher.start(second)
-    wait("the first commit after the restart", lambda: head_epoch() > at_kill)
-    recovery_s = time.perf_counter() - t_kill
-    launcher.stop(handle2, deadline_s=30)
-    launcher.stop(handle, deadline_s=1)
-    return {
-        "recovery_s": round(recovery_s, 3),
-        "recovery_session_start_s": round(session_s, 3),
-        "recovery_epoch_s": round(epoch_s, 3),
-        "recovery_kill_mid_epoch": mid_epoch,
-        "recovery_ratio": _ratio(recovery_s, session_s + 2 * epoch_s),
-    }
 
 
 def run_polars_limit(epochs: EpochSet) -> VariantResult:
@@ -1122,9 +1037,13 @@ def main(argv: list[str] | None = None) -> int:
             bench.size_overrides = {
                 f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f in PART_SIZE_FLAGS
             }
+            # wall seconds of the session start, the warm-up and each part (data included)
+            part_wall: dict[str, float] = {"session": round(session_s, 1)}
             if not args.no_warm:
                 peak.phase("warm")
+                w0 = time.perf_counter()
                 bench.warm(args.parts)
+                part_wall["warm"] = round(time.perf_counter() - w0, 1)
             loads: dict[str, list[float]] = {}
 
             def context() -> dict[str, Any]:
@@ -1138,6 +1057,7 @@ def main(argv: list[str] | None = None) -> int:
                     "loadavg_start": [round(x, 2) for x in load_start],
                     "loadavg_end": [round(x, 2) for x in os.getloadavg()],
                     "loadavg_by_part": loads,
+                    "part_wall_s": part_wall,
                     "spark_version": spark.version,
                     "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "quick": args.quick,
@@ -1148,7 +1068,9 @@ def main(argv: list[str] | None = None) -> int:
             for part in args.parts:
                 peak.phase(part)
                 log(f"== part {part}")
+                p0 = time.perf_counter()
                 getattr(bench, part)()
+                part_wall[part] = round(time.perf_counter() - p0, 1)
                 loads[part] = [round(x, 2) for x in os.getloadavg()]
                 if args.progress_json:  # the figures so far, should the run be cut short
                     partial = build_report(bench, args.parts, peak, context())

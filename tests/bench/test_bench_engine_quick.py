@@ -18,6 +18,7 @@ import pytest
 from bench import checksum as ck
 from bench.datagen import EpochSet
 from bench.engine import PARTS, REQUIRED_KEYS
+from runners.local import group_members
 from tests.conftest import require_service
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -96,6 +97,8 @@ def test_bench_engine_quick(tmp_path: Path) -> None:
         assert "TieredStopAtLevel" not in flags and "UseSerialGC" not in flags, variant
         assert options["max_heap_mb"] > 2048, variant  # driver_memory 4g, not Spark's 1g
     assert report["driver_memory"] == "4g"
+    assert set(report["part_wall_s"]) == {"session", "warm", *parts.split(",")}
+    assert all(seconds > 0 for seconds in report["part_wall_s"].values())
     assert len(report["driver_points"]) == 6
     assert report["engine_rps"] > 0 and report["spark_builtin_rps"] > 0
     assert report["engine_python_rps"] > 0 and report["spark_tws_rps"] > 0
@@ -149,3 +152,36 @@ def test_bench_engine_quick_restore_and_large_state(tmp_path: Path) -> None:
         assert large["peak_rss_mb"][variant] > 100, variant  # the JVM is in the process tree
         assert len(large["seconds_per_epoch"][variant]) == 3, variant
     assert 0 < large["commit_p50_ms"] <= large["commit_p99_ms"]
+
+
+def test_bench_engine_recovery_restarts_through_the_control_plane(tmp_path: Path) -> None:
+    """The recovery part: a control plane (SQLite, filesystem broker, Celery worker with the
+    reconciler) restarts the job whose run was SIGKILLed mid-epoch, from its branch head."""
+    require_service("Java", shutil.which("java") is not None, "install OpenJDK 17")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
+    work = tmp_path / "w"
+    argv = [sys.executable, "-m", "bench.engine", "--quick", "--parts", "recovery"]
+    proc = subprocess.run(
+        [*argv, "--work-dir", str(work)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert proc.returncode == 0 and lines, f"exit {proc.returncode}:\n{proc.stderr[-4000:]}"
+    report = json.loads(lines[-1])
+    assert report["recovery_kill_mid_epoch"] is True
+    breakdown = report["recovery_breakdown_s"]
+    assert report["recovery_s"] == pytest.approx(sum(breakdown.values()), abs=0.1)
+    assert 0 < breakdown["relaunch"] < 10  # the watch noticed the dead run within seconds
+    assert report["recovery_ratio"] > 0 and report["recovery_session_start_s"] > 0
+    runs = sorted((work / "recovery-plane" / "runs").iterdir(), key=lambda d: d.stat().st_mtime)
+    assert len(runs) == 2  # the killed run and the one the reconciler's start launched
+    worker_log = (work / "recovery-plane" / "worker.log").read_text()
+    assert "'restarts_requested': 1" in worker_log  # by the reconciler's watch
+    for run in runs:  # nothing outlived the part
+        pid = json.loads((run / "pid").read_text())["pid"]
+        assert not group_members(pid)

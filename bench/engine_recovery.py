@@ -1,0 +1,214 @@
+"""bench.engine's recovery part: a driver SIGKILLed mid-epoch, restarted by the control plane.
+
+A whole control plane runs in child processes on the embedded defaults (SQLite, the filesystem
+broker, the local launcher, the default beat intervals): ``manage.py migrate`` and
+``register``, a Celery worker with beat (the reconciler), ``manage.py start``. Once the job
+has committed three epochs and a third of the fourth epoch has passed, the run's process
+group (driver, JVM, Python workers) is SIGKILLed; nothing else is done. The reconciler notices
+the dead run and requests a start operation, which launches a new run from the branch head.
+The job is ``bench-recovery`` (`bench.engine.recovery_job`, an ``epochal.jobs`` entry point).
+
+Timed from the kill: ``relaunch`` (until the new run's directory exists: detection, the
+restart request, the start operation up to the launcher), ``session`` (until the new driver
+prints ``started``: interpreter, imports, JVM), ``first_epoch`` (until its first commit: state
+restore and the interrupted epoch again). ``recovery_ratio`` = recovery ÷ (the first run's own
+launch-to-``started`` time + twice its median epoch), all measured in the same run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bench.datagen import EpochSet
+from bench.timing import log
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+APPLICATION = "bench"
+JOB = "bench-main"
+KILL_AFTER_COMMITS = 3
+T = TypeVar("T")
+
+
+def events(log_path: Path) -> list[dict[str, Any]]:
+    """The JSON event lines a run printed so far (its output.log)."""
+    found = []
+    with contextlib.suppress(OSError):
+        for line in log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    found.append(json.loads(line))
+    return found
+
+
+def _wait(what: str, condition: Callable[[], T | None], timeout: float = 600) -> T:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise RuntimeError(f"recovery: timed out after {timeout:g} s waiting for {what}")
+
+
+class Plane:
+    """The control plane's processes over one var directory."""
+
+    def __init__(self, var: Path) -> None:
+        self.var = var
+        self.store_url = f"file://{var / 'store'}"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("EPOCHAL_", "DJANGO_"))},
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+            "DJANGO_DEBUG": "true",
+            "DATABASE_URL": f"sqlite:///{var / 'epochal.sqlite3'}",
+            "CELERY_BROKER_URL": "filesystem://",
+            "EPOCHAL_VAR_DIR": str(var),
+            "STORE_URL": self.store_url,
+            "EPOCHAL_STORE_ROOTS": str(var),
+            "RUNNER": "local",
+            "PYTHONPATH": str(REPO_ROOT),
+            "PYTHONUNBUFFERED": "1",
+        }
+        for key in ("CELERY_RESULT_BACKEND", "CACHE_URL", "REDIS_URL"):
+            self.env.pop(key, None)
+        self.worker: subprocess.Popen[bytes] | None = None
+
+    def manage(self, *args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, str(REPO_ROOT / "manage.py"), *args],
+            env=self.env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)}: {proc.stdout}{proc.stderr}")
+        return proc.stdout
+
+    def start_worker(self) -> None:
+        log_file = open(self.var / "worker.log", "ab")  # noqa: SIM115 (the child keeps it)
+        self.worker = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "controlplane", "worker", "-B",
+                "--pool=solo", "--loglevel=INFO", "-n", f"bench-{os.getpid()}@%h",
+                "-s", str(self.var / "celerybeat-schedule"),
+            ],
+            env=self.env,
+            cwd=REPO_ROOT,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+
+    def runs(self) -> list[Path]:
+        """Run directories the launcher created, oldest first."""
+        root = self.var / "runs"
+        if not root.exists():
+            return []
+        made = [d for d in root.iterdir() if (d / "spec.json").exists()]
+        return sorted(made, key=lambda d: (d / "spec.json").stat().st_mtime)
+
+    def close(self) -> None:
+        """SIGKILL every run's process group and the worker's (nothing may outlive the part)."""
+        for run in self.runs():
+            with contextlib.suppress(OSError, ValueError, KeyError, ProcessLookupError):
+                os.killpg(json.loads((run / "pid").read_text())["pid"], signal.SIGKILL)
+        if self.worker is not None and self.worker.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.worker.pid, signal.SIGTERM)
+            try:
+                self.worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.worker.pid, signal.SIGKILL)
+                self.worker.wait(timeout=20)
+
+
+def measure_recovery(work: Path, data: EpochSet) -> dict[str, Any]:
+    """Run the control plane, kill the job's driver mid-epoch, time its restart."""
+    from snapshots_store import Repository
+
+    var = (work / "recovery-plane").resolve()
+    var.mkdir(parents=True, exist_ok=True)
+    plane = Plane(var)
+    try:
+        t0 = time.perf_counter()
+        plane.manage("migrate", "--noinput", "-v", "0")
+        plane.manage(
+            "register", APPLICATION, "--job", "bench-recovery", "--job-name", JOB,
+            "--job-args", json.dumps({"directory": str(data.directory)}),
+            "--config", json.dumps({"resources": {"driver_memory_mb": 4096}}),
+        )  # fmt: skip
+        plane.start_worker()
+        log(f"recovery: control plane up in {time.perf_counter() - t0:.1f} s")
+        repo = Repository.open(plane.store_url, APPLICATION)
+
+        def head_epoch() -> int:
+            head = repo.read_ref("heads/main")
+            return 0 if head is None else repo.read_manifest(head.target).epoch
+
+        starter = subprocess.Popen(  # `manage.py start` returns once the run has started
+            [sys.executable, str(REPO_ROOT / "manage.py"), "start", JOB],
+            env=plane.env, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        first = _wait("the first run", lambda: next(iter(plane.runs()), None))
+        t_first = time.perf_counter()
+        first_log = first / "output.log"
+        _wait("the first run's started event", lambda: _started(first_log))
+        session_s = time.perf_counter() - t_first
+        starter.wait(timeout=600)
+        _wait(f"{KILL_AFTER_COMMITS} commits", lambda: head_epoch() >= KILL_AFTER_COMMITS)
+
+        def epoch_started() -> bool:
+            starts = sum(e.get("event") == "epoch_start" for e in events(first_log))
+            return starts > KILL_AFTER_COMMITS
+
+        _wait("the next epoch to start", epoch_started)
+        committed = [e for e in events(first_log) if e.get("event") == "committed"]
+        epoch_s = statistics.median(float(e["duration_s"]) for e in committed[1:])
+        time.sleep(epoch_s / 3)
+        pid = json.loads((first / "pid").read_text())["pid"]
+        at_kill = head_epoch()
+        os.killpg(pid, signal.SIGKILL)  # the driver dies (OOM, node lost …)
+        t_kill = time.perf_counter()
+        mid_epoch = at_kill == KILL_AFTER_COMMITS
+        second = _wait("the restart's run", lambda: next(iter(plane.runs()[1:]), None))
+        t_launch = time.perf_counter()
+        _wait("the restart's started event", lambda: _started(second / "output.log"))
+        t_started = time.perf_counter()
+        _wait("the first commit after the restart", lambda: head_epoch() > at_kill, 900)
+        t_commit = time.perf_counter()
+    finally:
+        plane.close()
+    recovery_s = t_commit - t_kill
+    baseline = session_s + 2 * epoch_s
+    return {
+        "recovery_s": round(recovery_s, 3),
+        "recovery_session_start_s": round(session_s, 3),
+        "recovery_epoch_s": round(epoch_s, 3),
+        "recovery_kill_mid_epoch": mid_epoch,
+        "recovery_ratio": round(recovery_s / baseline, 3) if baseline > 0 else None,
+        "recovery_breakdown_s": {
+            # kill -> the new run's directory: detection, restart request, start operation
+            "relaunch": round(t_launch - t_kill, 3),
+            # -> the new driver's `started`: interpreter, imports, JVM, SparkSession
+            "session": round(t_started - t_launch, 3),
+            # -> its first commit: state restore and the interrupted epoch run again
+            "first_epoch": round(t_commit - t_started, 3),
+        },
+    }
+
+
+def _started(log_path: Path) -> bool:
+    return any(e.get("event") == "started" for e in events(log_path))
