@@ -5,11 +5,11 @@ generated Parquet epochs (bench/datagen.py: one file per epoch, uniform keys, fi
 every variant of one keyed running aggregate: count, sum and max of ``value`` per ``key``, state
 kept across epochs, one output row per changed key per epoch.
 
-1. Vectorised path (default 1,000,000 keys, 10 epochs x 1,000,000 records): the engine's
+1. Vectorised path (default 1,000,000 keys, 6 epochs x 1,000,000 records): the engine's
    built-in aggregation committing every epoch (``engine_rps``); Spark's streaming
    ``groupBy().agg()`` in update mode on the default state store (``spark_builtin_rps``); a
    stateless ``spark.read.parquet(file).groupBy().agg()`` per epoch file (``stateless_rps``).
-2. Per-key Python path (default 50,000 keys, 5 epochs x 50,000 records): the engine's per-key
+2. Per-key Python path (default 50,000 keys, 3 epochs x 50,000 records): the engine's per-key
    ``process`` function (``engine_python_rps``); ``transformWithStateInPandas`` on RocksDB
    (``spark_tws_rps``).
 3. Incremental snapshots (1,000,000 keys; epoch 1 writes every key, then epochs touching 1% of
@@ -125,13 +125,13 @@ class Sizes:
     live_epochs: int
 
 
-DEFAULT_SIZES = Sizes(
+DEFAULT_SIZES = Sizes(  # the whole run fits in 20 minutes on 2 quiet cores (part_wall_s)
     keys=1_000_000,
     records=1_000_000,
-    epochs=10,
+    epochs=6,
     python_keys=50_000,
     python_records=50_000,
-    python_epochs=5,
+    python_epochs=3,
     incremental_keys=1_000_000,
     incremental_fraction=0.01,
     incremental_epochs=4,
@@ -525,7 +525,9 @@ class Bench:
         runs["local2_scan"] = ("local[2]", "scan")
         runs["local2_shuffle"] = ("local[2]", "shuffle")
         rates: dict[str, float | None] = {}
+        data = self.dataset("vectorised", keys=s.keys, records=s.records, epochs=s.epochs)
         for label, (master, routing) in runs.items():
+            _link_files(data.directory, self.work / f"scale-{label}" / "data" / "vectorised")
             argv = [
                 sys.executable, "-m", "bench.engine", "--parts", "vectorised",
                 "--variants", "engine", "--master", master, "--routing", routing,
@@ -702,6 +704,18 @@ def run_polars_limit(epochs: EpochSet) -> VariantResult:
     return VariantResult(
         "polars_limit", epochs.total_records, sum(epoch_seconds), epoch_seconds, checksums
     )
+
+
+def _link_files(source: Path, target: Path) -> None:
+    """Hard-link (else copy) the epoch files of `source` into `target`: a child bench finds
+    its data generated (the same sizes and seed make the same files) instead of writing it."""
+    target.mkdir(parents=True, exist_ok=True)
+    for path in source.glob("*.parquet"):
+        if not (target / path.name).exists():
+            try:
+                os.link(path, target / path.name)
+            except OSError:
+                shutil.copy2(path, target / path.name)
 
 
 def _child_report(argv: list[str], work: Path) -> dict[str, Any] | None:
