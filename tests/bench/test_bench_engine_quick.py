@@ -88,7 +88,10 @@ def test_bench_engine_quick(tmp_path: Path) -> None:
     assert not missing, missing
     assert report["checksums_match"] is True, report["checksum_problems"]
     for key in REQUIRED_KEYS:
-        assert report[key] is not None or key.startswith(("scale", "recovery")), key
+        # the parts this test leaves out report null
+        assert report[key] is not None or key.startswith(
+            ("scale", "recovery", "restore", "disk_read", "large_state")
+        ), key
     assert report["live_rescale_epochs_lost"] == 0
     assert sorted(set(report["live_rescale_parallelism"])) == [2, 3]
     assert report["limit_rps"] > report["engine_rps"]  # no Spark, no durability: the ceiling
