@@ -161,3 +161,16 @@ def reference_output(directory: str) -> pd.DataFrame:
         frames.append(ref)
     out = pd.concat(frames, ignore_index=True)
     return out.sort_values(["_epoch", "key"]).reset_index(drop=True)
+
+
+def branch_totals_job(store: str) -> Job:
+    """The hot-swap web's downstream: counts and sums of the `up` application's main branch
+    output (re-pointed to the new job's branch by the swap)."""
+    from runners.engine.branch_source import BranchOutputSource
+
+    return Job(
+        name="totals",
+        source=BranchOutputSource(store, "up", "main", schema={"key": "string", "count": "int64"}),
+        key="key",
+        aggregate=[agg.count(), agg.sum("count")],
+    )

@@ -2,12 +2,15 @@
 downstream D reading O's branch output — on real Spark: at S the new job becomes the only
 writer, O stops at the boundary after S and is retired, D is re-pointed to N's branch and
 reads every upstream epoch exactly once (O's up to S, N's after). Each case crashes one kind
-of process in one phase of the swap: every job process (the runner is dropped and a new one
-resumes from the store), or the coordinating worker (SIGKILLed right after the phase acted,
-before its success was recorded; another worker resumes the operation)."""
+of process in one phase of the swap: every job process (O, N, D each run as
+`python -m runners.engine.main --follow`; all of them are SIGKILLed when the phase starts, and
+new processes resume from the store), or the coordinating worker (SIGKILLed right after the
+phase acted, before its success was recorded; another worker resumes the operation)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -28,28 +31,18 @@ from controlplane.operations.executor import CRASH_ENV, execute
 from controlplane.operations.models import Operation
 from controlplane.operations.services import operation_request
 from runners.engine import EpochRunner
-from runners.engine import Job as EngineJob
-from runners.engine import aggregations as agg
-from runners.engine.branch_source import BranchOutputSource, epoch_mapping
+from runners.engine.branch_source import epoch_mapping
 from runners.engine.hotswap import RETIRED, SwapSide, swap_output
 from runners.engine.state_ops import new_branch_commit
+from runners.local import group_members
 from snapshots_store import Repository
-from tests.conftest import registered_store
+from tests.conftest import FAST_START_SUBMIT_ARGS, SUBPROCESS_PYTHONPATH, registered_store
 from tests.e2e.harness import ROOT, database_url
-from tests.engine.jobs import aggregate_job, write_epochs
+from tests.engine.jobs import aggregate_job, branch_totals_job, write_epochs
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]
 
 PHASES = ["prepare", "await_prepared", "commit", "repoint", "await_swapped", "retire"]
-
-
-def downstream_job(store: str) -> EngineJob:
-    return EngineJob(
-        name="totals",
-        source=BranchOutputSource(store, "up", "main", schema={"key": "string", "count": "int64"}),
-        key="key",
-        aggregate=[agg.count(), agg.sum("count")],
-    )
 
 
 @pytest.fixture
@@ -76,7 +69,7 @@ def web(spark: Any, tmp_path: Path) -> dict[str, Any]:
         jobs[name] = job_create(name=name, application=app, version=version, branch=branch)
     up_repo, down_repo = Repository.open(store, "up"), Repository.open(store, "down")
     EpochRunner(spark, aggregate_job(data), repo=up_repo, parallelism=2).run(max_epochs=2)
-    EpochRunner(spark, downstream_job(store), repo=down_repo, parallelism=2).run(max_epochs=1)
+    EpochRunner(spark, branch_totals_job(store), repo=down_repo, parallelism=2).run(max_epochs=1)
     new_branch_commit(
         up_repo, "main", "v2", kind="fork", operation_id="op-fork",
         provenance={"reason": "v2"}, code_version="2",
@@ -90,8 +83,78 @@ def runners(web: dict[str, Any]) -> dict[str, EpochRunner]:
     return {
         "old": EpochRunner(spark, aggregate_job(data), repo=web["up"], branch="main"),
         "new": EpochRunner(spark, aggregate_job(data), repo=web["up"], branch="v2"),
-        "down": EpochRunner(spark, downstream_job(store), repo=web["down"], branch="main"),
+        "down": EpochRunner(spark, branch_totals_job(store), repo=web["down"], branch="main"),
     }
+
+
+class JobProcesses:
+    """O, N and D as engine processes (`python -m runners.engine.main --follow`), each in its
+    own process group; `kill` SIGKILLs every one of them and waits until they are gone."""
+
+    def __init__(self, web: dict[str, Any], tmp: Path) -> None:
+        self.web, self.tmp = web, tmp
+        self.running: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: list[Path] = []
+
+    def arguments(self, role: str) -> list[str]:
+        store, data = self.web["store"], self.web["data"]
+        job, args, namespace, branch = {
+            "old": ("aggregate-job", {"directory": data}, "up", "main"),
+            "new": ("aggregate-job", {"directory": data}, "up", "v2"),
+            "down": ("branch-totals-job", {"store": store}, "down", "main"),
+        }[role]
+        return [
+            "--job", job, "--job-args", json.dumps(args), "--store", store,
+            "--namespace", namespace, "--branch", branch, "--parallelism", "2",
+            "--max-parallelism", "32", "--follow", "--poll-interval", "0.2",
+        ]  # fmt: skip
+
+    def start(self, role: str) -> None:
+        log = self.tmp / f"{role}-{len(self.logs)}.log"
+        self.logs.append(log)
+        env = {
+            **os.environ,
+            "PYTHONPATH": SUBPROCESS_PYTHONPATH,
+            "SPARK_MASTER": "local[2]",
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_SUBMIT_ARGS": FAST_START_SUBMIT_ARGS,
+        }
+        with open(log, "wb") as out:
+            self.running[role] = subprocess.Popen(
+                [sys.executable, "-m", "runners.engine.main", *self.arguments(role)],
+                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
+
+    def kill(self) -> None:
+        for process in self.running.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        for process in self.running.values():
+            process.wait(timeout=30)
+            deadline = time.monotonic() + 30
+            while group_members(process.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not group_members(process.pid), "a job's process group outlived its SIGKILL"
+            assert process.returncode == -signal.SIGKILL or process.returncode == 0
+        self.running.clear()
+
+    def stopped_reason(self, role: str) -> str | None:
+        """The reason of the last `stopped` event of `role`'s newest process, if it exited."""
+        process = self.running.get(role)
+        if process is None or process.poll() is None:
+            return None
+        log = [p for p in self.logs if p.name.startswith(f"{role}-")][-1]
+        for line in reversed(log.read_text(errors="replace").splitlines()):
+            if line.startswith("{") and '"stopped"' in line:
+                return str(json.loads(line)["reason"])
+        raise AssertionError(f"{role} exited {process.returncode} without a stop:\n{self.log()}")
+
+    def log(self) -> str:
+        return "\n".join(f"== {p.name}\n{p.read_text(errors='replace')[-1500:]}" for p in self.logs)
+
+    def stop(self) -> None:
+        with contextlib.suppress(AssertionError):
+            self.kill()
 
 
 def coordinate_with_a_crash(op: Operation, phase: str) -> str:
@@ -120,10 +183,10 @@ def coordinate_with_a_crash(op: Operation, phase: str) -> str:
 @pytest.mark.parametrize("process", ["jobs", "worker"])
 @pytest.mark.parametrize("crash_in", PHASES)
 def test_the_swap_finishes_in_a_web_of_three_jobs_whatever_phase_a_process_crashes_in(
-    web: dict[str, Any], crash_in: str, process: str
+    web: dict[str, Any], crash_in: str, process: str, tmp_path: Path
 ) -> None:
-    """`jobs`: every job process (O, N, D) restarts in the phase; `worker`: the coordinator
-    is SIGKILLed in it."""
+    """`jobs`: every job process (O, N, D) is SIGKILLed in the phase and new ones resume;
+    `worker`: the coordinator is SIGKILLed in it."""
     old_job = Job.objects.get(name="up-main")
     op = operation_request(
         kind="hotswap",
@@ -132,27 +195,24 @@ def test_the_swap_finishes_in_a_web_of_three_jobs_whatever_phase_a_process_crash
         params={"new_job": "up-v2", "lead_epochs": 3, "timeout_s": 240},
         dispatch=False,
     ).operation
-    live = runners(web)
     stop = threading.Event()
     crashed: list[int] = []
     reasons: dict[str, str] = {}
+    processes = JobProcesses(web, tmp_path) if process == "jobs" else None
 
     def started(name: str) -> bool:
         phases = Operation.objects.filter(pk=op.pk).values_list("phases", flat=True)[0]
         return any(p["name"] == name and p["state"] != "pending" for p in phases)
 
-    def jobs() -> None:
-        nonlocal live
+    def prepared() -> bool:
+        return "swap" in web["up"].read_control("v2")[0]
+
+    def in_process_jobs() -> None:
+        live = runners(web)
         try:
             while not stop.is_set():
-                if process == "jobs" and not crashed and started(crash_in):
-                    # every job process dies in this phase (a phase that acts at once: right
-                    # after it acted) and a new one resumes from its branch head
-                    crashed.append(1)
-                    live = runners(web)
-                prepared = "swap" in web["up"].read_control("v2")[0]
                 for role, runner in live.items():
-                    if role == "new" and not prepared:
+                    if role == "new" and not prepared():
                         continue  # the new job starts once the swap is prepared
                     if runner.run_epoch() is None and runner.stopped_reason:
                         reasons[role] = runner.stopped_reason
@@ -160,7 +220,29 @@ def test_the_swap_finishes_in_a_web_of_three_jobs_whatever_phase_a_process_crash
         finally:
             connection.close()
 
-    worker = threading.Thread(target=jobs)
+    def job_processes() -> None:
+        assert processes is not None
+        try:
+            processes.start("old")
+            processes.start("down")
+            while not stop.is_set():
+                if not crashed and started(crash_in):
+                    # every job process dies in this phase (a phase that acts at once: right
+                    # after it acted); new ones resume from their branch heads
+                    processes.kill()
+                    crashed.append(1)
+                    processes.start("old")
+                    processes.start("down")
+                if "new" not in processes.running and prepared():
+                    processes.start("new")  # the new job starts once the swap is prepared
+                reason = processes.stopped_reason("old")
+                if reason is not None:
+                    reasons["old"] = reason
+                time.sleep(0.1)
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=job_processes if processes else in_process_jobs)
     worker.start()
     try:
         if process == "worker":
@@ -168,7 +250,7 @@ def test_the_swap_finishes_in_a_web_of_three_jobs_whatever_phase_a_process_crash
             outcome = coordinate_with_a_crash(op, crash_in)
         else:
             outcome = execute(op.pk)
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 180
         # the downstream catches up with everything the new job emits
         while time.monotonic() < deadline:
             mapping = epoch_mapping(web["down"], "main")
@@ -180,9 +262,18 @@ def test_the_swap_finishes_in_a_web_of_three_jobs_whatever_phase_a_process_crash
             ):
                 break
             time.sleep(0.5)
+        if processes is not None:  # the old job's process exits by itself once retired
+            deadline = time.monotonic() + 60
+            while "old" not in reasons and time.monotonic() < deadline:
+                time.sleep(0.2)
     finally:
         stop.set()
         worker.join(timeout=180)
+        if processes is not None:
+            job_log = processes.log()
+            processes.stop()
+    if processes is not None:
+        assert "old" in reasons, job_log
     op.refresh_from_db()
     assert outcome == "succeeded", (op.error_code, op.error_message, op.phases)
     assert crashed, f"no crash happened in phase {crash_in}"
