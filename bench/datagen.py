@@ -30,7 +30,9 @@ SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64()), ("ts", pa.int64
 SPARK_SCHEMA_DDL = "key STRING, value BIGINT, ts BIGINT"
 #: Rows per Parquet row group (a 1M-record epoch file has 8): the unit in which a reader can
 #: split a file — Spark's file scan and the engine's split routing both cut at row groups.
-ROW_GROUP_ROWS = 1 << 17
+#: $EPOCHAL_BENCH_ROW_GROUP_ROWS overrides it (e.g. 1048576: one group per 1M-record file, as
+#: pyarrow writes by default; neither Spark nor the engine can then divide a file's read).
+ROW_GROUP_ROWS = int(os.environ.get("EPOCHAL_BENCH_ROW_GROUP_ROWS", str(1 << 17)))
 
 
 def key_width(keys: int) -> int:
