@@ -217,16 +217,16 @@ class Kubelet:
         with self._lock:
             return sorted(n for n, c in self.containers.items() if group_members(c.process.pid))
 
+    def log(self, name: str) -> str:
+        """What Pod `name`'s process wrote so far."""
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
     def registered(self) -> list[str]:
         """Pods whose executor says it registered with the driver (its log)."""
         with self._lock:
             names = sorted(self.containers)
-        return [
-            n
-            for n in names
-            if "Successfully registered with driver"
-            in (self.workdir / f"{n}.log").read_text(errors="replace")
-        ]
+        return [n for n in names if "Successfully registered with driver" in self.log(n)]
 
     def stop(self) -> None:
         """Kill every process started (the test's cleanup); waits until they are gone."""

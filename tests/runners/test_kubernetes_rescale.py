@@ -32,13 +32,14 @@ from kubernetes import client
 
 from runners.engine.sources import Generator, write_parquet_file
 from runners.job_spec import ENGINE_MODULE, JobSpec, Resources
-from runners.kubernetes import KubernetesLauncher
+from runners.kubernetes import SPARK_DRIVER_RBAC_RULES, KubernetesLauncher
 from runners.local import PROJECT_ROOT, group_members
 from snapshots_store import Manifest, Repository
 from tests.conftest import SUBPROCESS_PYTHONPATH, require_service
 from tests.demo_process import free_port
 from tests.runners.kube_double import RunningDouble, api_server_double
 from tests.runners.kubelet import Kubelet
+from tests.runners.test_spark_config import spark_requests, verb_of
 
 NS = "streaming"
 IMAGE = "registry.example.com/epochal:1.4.0"
@@ -231,6 +232,8 @@ def test_live_rescale_adds_executor_pods_and_removes_them_at_the_epoch_boundary(
                 log,
             )
             assert not executor_deletes(api), "no executor is removed while p = 4"
+            ran = [n for n in added if "Got assigned task" in kubelet.log(n)]
+            assert ran, "the added executors ran none of the epoch's tasks"
 
             # 4 -> 2: at the next boundary two executors are killed and their Pods deleted
             set_parallelism(2)
@@ -258,6 +261,12 @@ def test_live_rescale_adds_executor_pods_and_removes_them_at_the_epoch_boundary(
                 history.append((m.epoch, m.stats["records_in"]))
                 m = repo.read_manifest(m.parents[0]) if m.parents else None
             assert sorted(history) == [(e, RECORDS) for e in range(1, files + 1)]
+            # everything Spark asked of the API server is granted to the job's ServiceAccount
+            allowed = {(r.resource, v) for r in SPARK_DRIVER_RBAC_RULES for v in r.verbs}
+            asked = {verb_of(r) for r in spark_requests(api)}
+            assert {("pods", "create"), ("pods", "watch"), ("pods", "list")} <= asked, asked
+            assert ("pods", "delete") in asked, asked  # the removed executors, by name
+            assert asked <= allowed, asked - allowed
         finally:
             if driver is not None:
                 os.killpg(driver.pid, signal.SIGKILL)
