@@ -22,6 +22,9 @@ from snapshots_store.names import check_branch_name, check_namespace
 ENGINE_MODULE: Final = "runners.engine.main"
 """The job entry point every launcher runs (`python -m runners.engine.main …`)."""
 
+#: an environment variable name (a store's credentials prefix); the store registry uses it too
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,99}$"
+_CREDENTIALS_ENV = re.compile(ENV_NAME_PATTERN)
 _RUN_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 _MEMORY_OVERHEAD_MIN_MB: Final = 384
 
@@ -133,6 +136,9 @@ class JobSpec:
     tolerations: tuple[Toleration, ...] = ()
     image_pull_secrets: tuple[str, ...] = ()
     store_credentials_secret: str | None = None
+    #: prefix of the environment variables holding the store's credentials
+    #: (`<prefix>_AWS_ACCESS_KEY_ID`, ...); a local launcher hands them to the job as `AWS_*`
+    store_credentials_env: str | None = None
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=new_run_id)
 
@@ -154,6 +160,13 @@ class JobSpec:
             raise JobSpecError(f"parallelism must be at least 1, got {self.parallelism!r}")
         if self.max_epochs is not None and self.max_epochs < 1:
             raise JobSpecError(f"max_epochs must be at least 1 or None, got {self.max_epochs!r}")
+        if self.store_credentials_env is not None and not _CREDENTIALS_ENV.match(
+            self.store_credentials_env
+        ):
+            raise JobSpecError(
+                "store_credentials_env must be an environment variable prefix (upper-case "
+                f"letters, digits, '_'), got {self.store_credentials_env!r}"
+            )
         if not isinstance(self.follow, bool):
             raise JobSpecError(f"follow must be true or false, got {self.follow!r}")
         if not _RUN_ID.match(self.run_id):

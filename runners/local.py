@@ -92,6 +92,22 @@ def _describe_exit(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
+#: the variables an S3 client reads its credentials from
+CREDENTIAL_NAMES: Final = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def with_store_credentials(prefix: str, env: Mapping[str, str]) -> dict[str, str]:
+    """`env` with the job's `AWS_*` taken from the store's `<prefix>_AWS_*`. A name the prefix
+    does not set is removed, so the job never runs with the launcher's own credentials or
+    another store's (the control plane refuses to launch when the key id or secret is
+    missing)."""
+    out = {k: v for k, v in env.items() if k not in CREDENTIAL_NAMES}
+    for name in CREDENTIAL_NAMES:
+        if env.get(f"{prefix}_{name}"):
+            out[name] = env[f"{prefix}_{name}"]
+    return out
+
+
 class LocalLauncher:
     """Runs jobs as local process groups; see the module docstring for the run directory."""
 
@@ -183,6 +199,8 @@ class LocalLauncher:
             p for p in (str(PROJECT_ROOT), env.get("PYTHONPATH", "")) if p
         )
         env["PYTHONUNBUFFERED"] = "1"
+        if spec.store_credentials_env:
+            env = with_store_credentials(spec.store_credentials_env, env)
         return env
 
     def start(self, spec: JobSpec) -> RunHandle:

@@ -19,13 +19,13 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 
 from runners import entry_points
+from runners.job_spec import ENV_NAME_PATTERN
 
 MAX_PARALLELISM_LIMIT = 32768
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 JOB_NAME_PATTERN = entry_points.NAME_PATTERN
 
 
-ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,99}$"
 SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 
 

@@ -16,6 +16,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.applications.models import Application, ApplicationVersion
+from controlplane.applications.stores import store_credentials
 from controlplane.errors import Conflict, InvalidRequest, Unprocessable
 from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase
 from controlplane.jobs.spark_conf import operator_spark_conf
@@ -107,6 +108,9 @@ def job_spec(job: Job, *, run_id: str, parallelism: int | None = None) -> JobSpe
     store = job.application.store
     if store is not None and store.credentials_secret:
         fields.setdefault("store_credentials_secret", store.credentials_secret)
+    if store is not None and store.credentials_env:
+        store_credentials(store)  # refuses to launch, naming the variables, when one is missing
+        fields["store_credentials_env"] = store.credentials_env
     try:
         return JobSpec(
             application=job.application.name,

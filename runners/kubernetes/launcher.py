@@ -258,6 +258,14 @@ class KubernetesLauncher:
     def start(self, spec: JobSpec) -> RunHandle:
         placement = self.placement(spec)
         spec = self._complete(spec)
+        if spec.store_credentials_env and not spec.store_credentials_secret:
+            raise LauncherError(
+                f"the job's store takes its credentials from ${spec.store_credentials_env}_AWS_* "
+                "in the control plane's environment, which cannot reach a pod without writing "
+                "the secret into its spec: give the store a Kubernetes secret (credentials_secret, "
+                "holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) or set "
+                "EPOCHAL_STORE_CREDENTIALS_SECRET"
+            )
         if spec.store_url.startswith("file:"):
             log.warning(
                 "run %s uses a file store (%s): every Pod sees its own filesystem; "

@@ -21,7 +21,7 @@ from runners.kubernetes import (
     KubernetesLauncher,
     pod_status,
 )
-from runners.launcher import STOP_KEY, RunHandle, RunPhase, RunStatus
+from runners.launcher import STOP_KEY, LauncherError, RunHandle, RunPhase, RunStatus
 from snapshots_store import Repository
 from tests.runners.kube_double import RunningDouble, api_server_double
 
@@ -477,3 +477,12 @@ def test_a_missing_image_is_refused_before_any_call(api, make_spec) -> None:  # 
     with pytest.raises(Exception, match="EPOCHAL_IMAGE"):
         launcher.start(make_spec())
     assert list(api.k[:]) == []
+
+
+def test_credentials_named_by_variables_without_a_secret_are_refused_before_any_call(  # type: ignore[no-untyped-def]
+    api, launcher, make_spec
+) -> None:
+    spec = make_spec(store_credentials_env="ARCHIVE")
+    with pytest.raises(LauncherError, match=r"\$ARCHIVE_AWS_\*.*credentials_secret"):
+        launcher.start(spec)
+    assert list(api.k[:]) == []  # nothing was created, no secret written into a pod spec

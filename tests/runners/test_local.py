@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
 import pytest
 
 from runners.launcher import STOP_KEY, RunHandle, RunNotFoundError, RunPhase, RunStatus
 from runners.local import LocalLauncher, group_members
 from snapshots_store import Repository
+from tests.store.conftest import AtomicMotoServer, _free_port
 
 
 @pytest.fixture
@@ -154,5 +158,76 @@ def test_engine_entry_point_runs_under_the_local_launcher(make_spec, store_url, 
         assert output.count('"event": "committed"') == 2, output
         head = Repository.open(store_url, "orders").read_ref("heads/main")
         assert head is not None
+    finally:
+        launcher.cleanup(handle)
+
+
+@pytest.fixture
+def s3_bucket_url(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    """A bucket on a moto S3 server spoken to over HTTP, and credentials for it."""
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    port = _free_port()
+    server = AtomicMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    keys = {"aws_access_key_id": "archive-key-id", "aws_secret_access_key": "archive-secret"}
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", **keys).create_bucket(
+        Bucket="archive"
+    )
+    try:
+        yield f"s3://archive/lineages?endpoint_url={endpoint}", keys
+    finally:
+        server.stop()
+
+
+def test_a_store_s_credential_variables_reach_the_job_as_its_only_credentials(  # type: ignore[no-untyped-def]
+    make_spec, s3_bucket_url, tmp_path, monkeypatch
+) -> None:
+    """The job's process gets the store's `<prefix>_AWS_*` as `AWS_*`, and nothing else: with
+    no other credentials anywhere (no ~/.aws, no instance metadata) the job reads its control
+    document from the S3 store each epoch and stops when asked; the launcher's own AWS_* never
+    reach it, and without the store's variables the job has no credentials and fails."""
+    url, keys = s3_bucket_url
+    for name, value in keys.items():  # this process (the test's stop request) has its own
+        monkeypatch.setenv(name.upper(), value)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {
+        "HOME": str(home),
+        "AWS_CONFIG_FILE": str(home / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(home / "none"),
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "the-launcher-s-own",  # must not reach the job
+        "AWS_SECRET_ACCESS_KEY": "the-launcher-s-own-secret",
+        "ARCHIVE_AWS_ACCESS_KEY_ID": keys["aws_access_key_id"],
+        "ARCHIVE_AWS_SECRET_ACCESS_KEY": keys["aws_secret_access_key"],
+    }
+    launcher = LocalLauncher(
+        runs_dir=tmp_path / "runs", entry_module="tests.runners.sample_job", env=env
+    )
+    spec = make_spec("until_stopped", store_url=url, store_credentials_env="ARCHIVE")
+    job_env = launcher.environment(spec)
+    assert job_env["AWS_ACCESS_KEY_ID"] == keys["aws_access_key_id"]
+    assert "AWS_SESSION_TOKEN" not in job_env
+    handle = launcher.start(spec)
+    try:
+        wait_for_log(launcher, handle, "epoch 2")  # each epoch read the control document
+        status = launcher.stop(handle, deadline_s=20)
+        output = launcher.logs(handle, tail_lines=200)
+        assert status == RunStatus(phase=RunPhase.SUCCEEDED, exit_code=0), output
+        assert "stopping at the boundary" in output
+    finally:
+        launcher.cleanup(handle)
+
+    # Another prefix, which this environment does not set: no credentials at all.
+    spec = make_spec("until_stopped", store_url=url, store_credentials_env="OTHER")
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} & set(launcher.environment(spec))
+    handle = launcher.start(spec)
+    try:
+        status = wait_until_finished(launcher, handle, timeout_s=60)
+        output = launcher.logs(handle, tail_lines=200)
+        assert status.phase is RunPhase.FAILED, output
+        assert "NoCredentialsError" in output or "credentials" in output.lower(), output
     finally:
         launcher.cleanup(handle)

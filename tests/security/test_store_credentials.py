@@ -7,6 +7,7 @@ nothing is written anywhere."""
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from collections.abc import Iterator
@@ -17,7 +18,9 @@ import boto3
 import pytest
 
 from controlplane.applications.models import Application, Store
-from controlplane.applications.stores import store_register
+from controlplane.applications.stores import StoreCredentialsMissing, store_register
+from controlplane.jobs.models import Run
+from controlplane.jobs.services import job_spec
 from tests.api.conftest import Lineage
 from tests.security.attacks import Worker, call, store_files
 from tests.store.conftest import AtomicMotoServer, _free_port
@@ -125,3 +128,24 @@ def test_a_missing_variable_fails_the_operation_naming_the_store_and_the_variabl
     assert _keys(bucket) == []
     assert store_files(source) == before
     assert Application.objects.get(name="clicks").store is None
+
+
+def test_a_job_on_the_store_is_launched_with_its_variables_or_not_at_all(
+    lineage: Lineage, s3_server: str, bucket: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job whose application lives in the store gets the store's variable prefix in its
+    launch spec (the local launcher hands `<prefix>_AWS_*` to the job as `AWS_*`, the
+    Kubernetes launcher mounts the store's secret); with a variable missing, the launch is
+    refused naming the store and the variable, before any run exists."""
+    store = _register(s3_server, bucket)
+    Application.objects.filter(pk=lineage.application.pk).update(store=store)
+    lineage.job.refresh_from_db()
+    monkeypatch.delenv("ARCHIVE_AWS_SECRET_ACCESS_KEY", raising=False)
+    monkeypatch.setenv("ARCHIVE_AWS_ACCESS_KEY_ID", KEY_ID)
+    with pytest.raises(StoreCredentialsMissing, match=r"'archive'.*ARCHIVE_AWS_SECRET_ACCESS_KEY"):
+        job_spec(lineage.job, run_id="a1b2c3d4e5f6")
+    assert not Run.objects.filter(job=lineage.job).exists()
+    monkeypatch.setenv("ARCHIVE_AWS_SECRET_ACCESS_KEY", SECRET)
+    spec = job_spec(lineage.job, run_id="a1b2c3d4e5f6")
+    assert spec.store_credentials_env == "ARCHIVE"
+    assert spec.store_url.startswith("s3://") and SECRET not in json.dumps(spec.to_dict())
