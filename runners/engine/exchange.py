@@ -25,18 +25,31 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
-if TYPE_CHECKING:
-    from runners.engine.tasks import MapShare
+from runners.engine.sources import DeadLetter
 
 EXCHANGE_DIR_ENV = "EPOCHAL_EXCHANGE_DIR"
 #: how long a task waits for a piece another task claimed before mapping it itself (the
 #: claimer may have failed: Spark retries a task, never its claims)
 CLAIMED_TIMEOUT_S = 60.0
+
+
+@dataclass
+class MapShare:
+    """One map task's contribution to one reducer."""
+
+    split_index: int
+    payload: bytes
+    #: the piece of the split (split routing; 0 otherwise): shares sort by (split, part)
+    part: int = 0
+    #: the exchange file holding the payload instead (exchange.py), or ""
+    path: str = ""
+    records_in: int = 0
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    map_s: float = 0.0
 
 
 def exchange_root(master: str | None) -> str | None:

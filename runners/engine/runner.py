@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from runners.engine import exchange
 from runners.engine import routing as routes
 from runners.engine.crash import crash_spec, maybe_crash
+from runners.engine.exchange import MapShare
 from runners.engine.executors import ExecutorPool
 from runners.engine.hotswap import HOLD as SWAP_HOLD
 from runners.engine.hotswap import SWAP, partner_reader, swap_gate
@@ -28,7 +29,6 @@ from runners.engine.job import Job
 from runners.engine.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
 from runners.engine.sources import Split, end_offsets
 from runners.engine.tasks import (
-    MapShare,
     ReduceResult,
     TaskPlan,
     map_split,

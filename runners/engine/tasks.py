@@ -9,7 +9,7 @@ import json
 import pickle
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from runners.engine import aggregations as agg
 from runners.engine import chunks, exchange
 from runners.engine.crash import maybe_crash
+from runners.engine.exchange import MapShare
 from runners.engine.hashing import key_groups, owners
 from runners.engine.job import Job
 from runners.engine.routing import Piece
@@ -73,21 +74,6 @@ def _repo(url: str, namespace: str) -> Repository:
     if key not in _repos:
         _repos[key] = Repository.open(url, namespace)
     return _repos[key]
-
-
-@dataclass
-class MapShare:
-    """One map task's contribution to one reducer."""
-
-    split_index: int
-    payload: bytes
-    #: the piece of the split (split routing; 0 otherwise): shares sort by (split, part)
-    part: int = 0
-    #: the exchange file holding the payload instead (exchange.py), or ""
-    path: str = ""
-    records_in: int = 0
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    map_s: float = 0.0
 
 
 @dataclass
