@@ -215,7 +215,9 @@ def test_every_operation_survives_fuzzing_with_every_check_and_stateful_links(
     base_url = live_server.url
 
     def call(case: Any) -> Any:
-        return case.call(base_url=base_url, session=session)
+        # Longer than the longest wait a request may ask for (a state query's `timeout`, at
+        # most 30 s: the server waits that long for an epoch not yet committed).
+        return case.call(base_url=base_url, session=session, timeout=60)
 
     started = time.monotonic()
 

@@ -89,11 +89,17 @@ def test_writer_killed_at_random_points_never_breaks_the_head(any_url: str) -> N
 
 def test_writer_of_packs_killed_at_random_points_never_breaks_the_head(any_url: str) -> None:
     """Packs are written whole (temp file, fsync, rename; one S3 PUT) before the manifest
-    names them: a kill mid-pack leaves only debris, never a head naming a partial pack."""
+    names them: a kill mid-pack leaves only debris, never a head naming a partial pack.
+
+    A random kill may land between two commits (nothing in flight), more often on a loaded
+    machine: the test kills until at least two kills provably landed mid-commit (they left
+    debris that gc removed), with a floor of rounds and a bound on them."""
     repo = Repository.open(any_url, "app")
     rng = random.Random(20261125)
-    rounds = 4 if any_url.startswith("s3://") else 6
-    for _ in range(rounds):
+    least = 4 if any_url.startswith("s3://") else 6
+    rounds = landed = 0
+    while rounds < least or (landed < 2 and rounds < 30):
+        rounds += 1
         writer = _writer("commit-packs-forever", any_url, "300000")
         first = _first_commit(writer)
         time.sleep(rng.uniform(0.0, 0.25))
@@ -102,11 +108,11 @@ def test_writer_of_packs_killed_at_random_points_never_breaks_the_head(any_url: 
         assert writer.returncode == -signal.SIGKILL
         assert repo.is_ancestor(first, "main")
         _assert_head_is_sound(Repository.open(any_url, "app"))
+        landed += bool(_collect_and_check(repo).removed)
+    assert landed >= 2, f"only {landed} of {rounds} kills landed mid-commit"
     history = [m for _, m in repo.log("main")]
     assert all(m.format == 2 for m in history)
     assert max(len(c) for m in history for c in m.key_groups.values()) > 1  # across packs
-    report = _collect_and_check(repo)
-    assert report.removed, "no kill left debris; the kills did not land mid-commit"
 
 
 def test_kill_between_object_write_and_ref_cas(any_url: str) -> None:
