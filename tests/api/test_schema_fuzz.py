@@ -149,18 +149,21 @@ def _follow_links(schema: Any, raw: dict[str, Any], call: Any) -> int:
     return len(calls)
 
 
+#: how every fuzzing run draws its cases: reproducible, no example database, no deadline
+_RUN: dict[str, Any] = {
+    "deadline": None,
+    "database": None,
+    "derandomize": True,
+    "phases": [Phase.explicit, Phase.generate],
+    "suppress_health_check": list(HealthCheck),
+}
+
+
 def _fuzz(operation: Any, mode: GenerationMode, examples: int, call: Any) -> int:
     calls = 0
 
     @given(case=operation.as_strategy(generation_mode=mode))
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
+    @settings(max_examples=examples, **_RUN)
     def run(case: Any) -> None:
         nonlocal calls
         response = call(case)
@@ -182,14 +185,7 @@ def _fuzz_aimed(
     calls = 0
 
     @given(case=operation.as_strategy(generation_mode=GenerationMode.POSITIVE))
-    @settings(
-        max_examples=examples,
-        deadline=None,
-        database=None,
-        derandomize=True,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
+    @settings(max_examples=examples, **_RUN)
     def run(case: Any) -> None:
         nonlocal calls
         response = call(_aimed(case, aim))
