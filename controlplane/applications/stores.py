@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 
 from controlplane.applications.models import Store
 from controlplane.errors import Conflict, InvalidRequest, OperationFailed
+from runners.local import CREDENTIAL_NAMES
 from snapshots_store import Repository
 from snapshots_store.backends import local_store_url
 from snapshots_store.backends.s3 import S3Credentials
@@ -37,12 +38,8 @@ class StoreCredentialsMissing(OperationFailed):
 def credential_variables(store: Store) -> tuple[str, str, str]:
     """The environment variables `store`'s credentials come from: access key id, secret
     access key, session token (optional)."""
-    prefix = store.credentials_env
-    return (
-        f"{prefix}_AWS_ACCESS_KEY_ID",
-        f"{prefix}_AWS_SECRET_ACCESS_KEY",
-        f"{prefix}_AWS_SESSION_TOKEN",
-    )
+    key_id, secret, token = (f"{store.credentials_env}_{name}" for name in CREDENTIAL_NAMES)
+    return key_id, secret, token
 
 
 def store_credentials(store: Store) -> S3Credentials | None:
