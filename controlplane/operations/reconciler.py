@@ -4,8 +4,10 @@
   whose worker died (lease expired) — the next worker resumes them at the unfinished phase;
 * jobs: follow each live run through its launcher; restart a job whose run failed from its
   branch head (a start operation) — the first restart at once, later ones with exponential
-  back-off — up to its `max_restarts`. `watch_runs` does only this part, on its own short beat
-  (`EPOCHAL_RUN_WATCH_INTERVAL_S`, 1 s), so a dead driver is noticed within about a second;
+  back-off — up to its `max_restarts`; a run that stays up `EPOCHAL_RESTART_RESET_AFTER_S`
+  gives the job its whole restart budget back (a crash a month is not a crash loop).
+  `watch_runs` does only this part, on its own short beat (`EPOCHAL_RUN_WATCH_INTERVAL_S`,
+  1 s), so a dead driver is noticed within about a second;
 * lineage: index commits the index has not seen yet (jobs commit without asking us);
 * retention (hourly, `collect_garbage_all`): gc every application's store and clean up the
   leftovers of runs that ended long ago.
@@ -71,6 +73,23 @@ def _backoff(job: Job) -> dt.timedelta:
     return dt.timedelta(seconds=min(3600, job.restart_backoff_s * 2 ** (job.restarts - 1)))
 
 
+def _restart_reset_after() -> dt.timedelta:
+    return dt.timedelta(seconds=float(getattr(settings, "EPOCHAL_RESTART_RESET_AFTER_S", 600)))
+
+
+def _forgive_restarts(now: dt.datetime) -> int:
+    """Give the restart budget back to jobs whose current run has been up for
+    `EPOCHAL_RESTART_RESET_AFTER_S` (Flink's reset-backoff-threshold, Kubernetes' back-off
+    reset after a container runs fine): the next failure is a first one again — restarted at
+    once, with the whole `max_restarts` ahead. The number of jobs reset."""
+    stable = Run.objects.filter(
+        phase=RunPhase.RUNNING, started_at__lte=now - _restart_reset_after()
+    ).values("job_id")
+    return Job.objects.filter(restarts__gt=0, pk__in=stable).update(
+        restarts=0, next_restart_at=None
+    )
+
+
 def reconcile_jobs() -> tuple[int, int]:
     """Follow live runs; apply restart policies. (runs checked, restarts requested)."""
     checked = restarts = 0
@@ -83,6 +102,7 @@ def reconcile_jobs() -> tuple[int, int]:
         except Exception:
             log.warning("status of run %s unavailable", run.run_id, exc_info=True)
     now = timezone.now()
+    _forgive_restarts(now)
     for job in Job.objects.filter(desired_state=DesiredState.RUNNING).select_related("application"):
         if Operation.objects.filter(job=job, state__in=ACTIVE_STATES).exists():
             continue

@@ -85,3 +85,16 @@ def test_a_job_that_keeps_failing_is_given_up(control_plane: ControlPlane) -> No
     assert job.desired_state == "stopped"
     assert Operation.objects.filter(kind="start", requested_via="reconciler").count() == 2
     assert job.runs.count() == 3 and not job.runs.filter(phase__in=["pending", "running"])
+
+    # a person starting it again gives it its whole restart budget back: two more restarts
+    out = plane.manage("start", "broken-main", check=False)
+    assert "start failed" in out and "no_such_job" in out, out
+
+    def given_up_again() -> Job | None:
+        job = Job.objects.get(name="broken-main")
+        runs = job.runs.count()  # 3 before, the person's start and two restarts
+        gave_up = job.state == "failed" and "gave up" in job.status_reason
+        return job if runs == 6 and gave_up and job.restarts == 2 else None
+
+    wait_for(given_up_again, timeout=240, what="the reconciler to give up a second time")
+    assert Operation.objects.filter(kind="start", requested_via="reconciler").count() == 4

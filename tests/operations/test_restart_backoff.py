@@ -80,3 +80,36 @@ def test_first_restart_at_once_then_doubling_back_off(job: Job) -> None:
         assert reconcile_jobs() == (0, 1)
     job.refresh_from_db()
     assert job.restarts == 3 and len(restarts_requested(job)) == 3
+
+
+def _running_since(job: Job, run_id: str, minutes: float) -> None:
+    Run.objects.create(
+        job=job,
+        run_id=run_id,
+        runner="local",
+        parallelism=2,
+        spec={},
+        phase=RunPhase.RUNNING,
+        started_at=timezone.now() - dt.timedelta(minutes=minutes),
+    )
+
+
+def test_a_run_that_stays_up_gives_the_restart_budget_back(job: Job) -> None:
+    """`restarts` counts a crash loop, not a lifetime: after a run has been up
+    EPOCHAL_RESTART_RESET_AFTER_S (10 min) the next failure is a first one again."""
+    Job.objects.filter(pk=job.pk).update(restarts=4, max_restarts=5)
+    _running_since(job, "young", minutes=2)
+    reconcile_jobs()
+    job.refresh_from_db()
+    assert job.restarts == 4  # 2 minutes prove nothing yet
+
+    Run.objects.filter(run_id="young").update(started_at=timezone.now() - dt.timedelta(minutes=11))
+    reconcile_jobs()
+    job.refresh_from_db()
+    assert job.restarts == 0
+
+    # so the next crash is restarted at once instead of being the fifth and last
+    Run.objects.filter(run_id="young").update(phase=RunPhase.FAILED, finished_at=timezone.now())
+    assert reconcile_jobs() == (0, 1)
+    job.refresh_from_db()
+    assert job.restarts == 1 and job.next_restart_at is None

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from controlplane.errors import Conflict, InvalidRequest
+from controlplane.jobs.models import Job
 from controlplane.jobs.store import job_repository
 from controlplane.operations.commits import initial_commit, tag_snapshot
 from controlplane.operations.framework import OperationSpec, Phase, PhaseContext, Target
@@ -57,6 +58,10 @@ class StartSpec(OperationSpec):
 
 def _prepare_start(ctx: PhaseContext) -> None:
     job = ctx.job
+    if ctx.operation.requested_via != "reconciler":
+        # a person starting the job (after fixing what made it fail) gives it its whole
+        # restart budget back; the restart policy's own starts count against it
+        Job.objects.filter(pk=job.pk).update(restarts=0, next_restart_at=None)
     repo = job_repository(job)
     head = repo.read_ref(f"heads/{job.branch}")
     if head is not None:
