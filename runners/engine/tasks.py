@@ -6,6 +6,7 @@ re-run of an epoch writes byte-identical objects.
 from __future__ import annotations
 
 import json
+import math
 import pickle
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -582,14 +583,29 @@ def split_partition(
         yield result
 
 
-def restore_partition(plan: TaskPlan, task: int) -> Iterator[chunks.Restore]:
-    """The restore stage (a runner's first epoch, or a new parallelism): load the state of every
-    key group this task owns into the machine's state cache, memory and local disk, with long
+#: most pieces an epoch task's key-group range is cut into for the restore stage
+RESTORE_PIECES_MAX = 4
+
+
+def restore_pieces(parallelism: int, cores: int) -> int:
+    """Pieces per epoch task in the restore stage: the fewest that make the restore tasks
+    (parallelism * pieces) a multiple of the cores, so every core stays busy to the end
+    (3 ranges on 2 cores would leave one core idle for the last third); at most
+    `RESTORE_PIECES_MAX`."""
+    cores = max(1, cores)
+    return max(1, min(cores // math.gcd(parallelism, cores), RESTORE_PIECES_MAX))
+
+
+def restore_partition(plan: TaskPlan, index: int, pieces: int) -> Iterator[chunks.Restore]:
+    """Restore task `index` (a runner's first epoch, or a new parallelism): load the state of
+    its key groups into the machine's state cache, memory and local disk, with long
     sequential reads (`chunks.load_key_groups`), so the epoch's tasks find it wherever they
-    run."""
-    groups = np.fromiter(plan.key_groups, dtype=np.int32, count=len(plan.key_groups))
-    owned = owners(groups, plan.parallelism, plan.max_parallelism)
-    mine = {int(kg): plan.key_groups[int(kg)] for kg in groups[owned == task]}
+    run. Each epoch task's key-group range is cut into `pieces` consecutive pieces: restore
+    task ``index`` loads piece ``index % pieces`` of epoch task ``index // pieces``."""
+    task, piece = divmod(index, pieces)
+    groups = np.fromiter(sorted(plan.key_groups), dtype=np.int32, count=len(plan.key_groups))
+    owned = groups[owners(groups, plan.parallelism, plan.max_parallelism) == task]
+    mine = {int(kg): plan.key_groups[int(kg)] for kg in np.array_split(owned, pieces)[piece]}
     _, restore = chunks.load_key_groups(plan.repo(), mine, plan.job.key_columns, disk=True)
     yield restore
 
