@@ -15,12 +15,13 @@ pack id and each member it reads against its chunk id, without reading the other
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import IO, Final, Protocol, cast
 
 import zstandard
 
@@ -256,13 +257,17 @@ def pack_index(oid: str, head: bytes) -> PackIndex:
     return PackIndex(oid, data_start, members, index, version)
 
 
-def member_payload(
-    index: PackIndex, member: PackMember, frame: bytes | memoryview, *, full: bool = False
-) -> bytes:
-    """A member's verified payload from its stored bytes. A format 2 member is verified by
-    its frame hash (the index, verified against the pack id, names it), so the payload comes
-    from exactly the bytes that were written; `full` checks its chunk id too (fsck). A
-    format 1 member is verified by its payload's chunk id."""
+class Sink(Protocol):
+    """Where `member_payload_into` writes a payload: anything with a binary ``write``."""
+
+    def write(self, data: bytes, /) -> object: ...
+
+
+#: output of one step of `member_payload_into` (a reused buffer's size, not the payload's)
+STREAM_BYTES: Final = 1024**2
+
+
+def _check_frame(index: PackIndex, member: PackMember, frame: bytes | memoryview) -> None:
     what = f"the member for key group {member.key_group}"
     if len(frame) != member.stored:
         raise CorruptObjectError(
@@ -272,6 +277,45 @@ def member_payload(
         raise CorruptObjectError(
             index.pack_id, f"{what}'s stored bytes do not hash to {member.frame_hash}"
         )
+
+
+def member_payload_into(
+    index: PackIndex, member: PackMember, frame: bytes | memoryview, sink: Sink
+) -> None:
+    """Write a format 2 member's payload into `sink` (e.g. a binary file), decompressed
+    in `STREAM_BYTES` steps: no payload-sized buffer is allocated. The frame is verified
+    against its frame hash first, so what is written decodes from exactly the stored bytes;
+    a frame that still does not decode to `member.size` bytes raises `CorruptObjectError`
+    (the sink then holds a partial payload: the caller discards it)."""
+    if member.frame_hash is None:
+        raise ValueError("a format 1 member is verified by its payload: use member_payload")
+    _check_frame(index, member, frame)
+    try:
+        source, out = io.BytesIO(frame), cast("IO[bytes]", sink)
+        _, written = zstandard.ZstdDecompressor().copy_stream(
+            source, out, read_size=len(frame), write_size=STREAM_BYTES
+        )
+    except zstandard.ZstdError as exc:
+        raise CorruptObjectError(
+            index.pack_id, f"the member for key group {member.key_group} does not decode ({exc})"
+        ) from None
+    if written != member.size:
+        raise CorruptObjectError(
+            index.pack_id,
+            f"the member for key group {member.key_group} decodes to {written} bytes, "
+            f"the index says {member.size}",
+        )
+
+
+def member_payload(
+    index: PackIndex, member: PackMember, frame: bytes | memoryview, *, full: bool = False
+) -> bytes:
+    """A member's verified payload from its stored bytes. A format 2 member is verified by
+    its frame hash (the index, verified against the pack id, names it), so the payload comes
+    from exactly the bytes that were written; `full` checks its chunk id too (fsck). A
+    format 1 member is verified by its payload's chunk id."""
+    what = f"the member for key group {member.key_group}"
+    _check_frame(index, member, frame)
     try:
         payload = _decompress(index.pack_id, frame, member.size)
     except CorruptObjectError as exc:

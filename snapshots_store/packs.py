@@ -24,7 +24,9 @@ from snapshots_store.objects import (
     ObjectStore,
     PackIndex,
     PackMember,
+    Sink,
     member_payload,
+    member_payload_into,
     object_key,
     pack_head_length,
     pack_index,
@@ -153,7 +155,7 @@ class ChunkReader:
         """Verified payloads of chunk refs, in order (see `read_each`)."""
         out: list[bytes | None] = [None] * len(refs)
 
-        def keep(position: int, payload: bytes) -> None:
+        def keep(position: int, payload: bytes | None) -> None:
             out[position] = payload
 
         self.read_each(refs, keep, threads=threads)
@@ -163,15 +165,22 @@ class ChunkReader:
     def read_each(
         self,
         refs: Sequence[str],
-        each: Callable[[int, bytes], None],
+        each: Callable[[int, bytes | None], None],
         *,
+        sink: Callable[[int], Sink | None] | None = None,
         threads: int = READ_THREADS,
     ) -> None:
         """Call ``each(position in refs, verified payload)`` for every chunk ref, from the
         reading threads, as soon as its read is verified (any order; a caller's work on a
         payload overlaps the other reads). Members of one pack are read in long sequential
         ranges (sorted by offset, neighbours coalesced); up to `threads` ranges and loose
-        chunks are read at once. An error of any read or of `each` is raised here."""
+        chunks are read at once. An error of any read or of `each` is raised here.
+
+        With `sink`, a format 2 member's payload may go to a file instead: ``sink(position)``
+        returns a `Sink` such as an open binary file (or None: bytes as usual), the verified
+        payload is written into it (`member_payload_into`, without a payload-sized buffer)
+        and `each` gets None as the payload. Loose chunks and format 1 members always come
+        as bytes."""
         jobs: list[tuple[str, list[tuple[int, PackMember]], PackIndex | None]] = []
         by_pack: dict[str, list[tuple[int, PackMember]]] = {}
         for position, ref in enumerate(refs):
@@ -188,10 +197,10 @@ class ChunkReader:
         def fetch(job: tuple[str, list[tuple[int, PackMember]], PackIndex | None]) -> None:
             oid, run, index = job
             if index is None:
-                payload = self.objects.get(oid, context="key-group chunk")[1]
+                loose = self.objects.get(oid, context="key-group chunk")[1]
                 stored = self.objects.stat(oid)
                 self._count(0 if stored is None else stored.size)
-                each(run[0][0], payload)
+                each(run[0][0], loose)
                 return
             start = run[0][1].offset
             length = run[-1][1].offset + run[-1][1].stored - start
@@ -201,7 +210,12 @@ class ChunkReader:
             view = memoryview(data)
             for position, member in run:
                 frame = view[member.offset - start : member.offset - start + member.stored]
-                payload = member_payload(index, member, frame)
+                out = None if sink is None or member.frame_hash is None else sink(position)
+                if out is None:
+                    payload: bytes | None = member_payload(index, member, frame)
+                else:
+                    member_payload_into(index, member, frame, out)
+                    payload = None
                 self._count(member.stored)
                 each(position, payload)
 

@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -133,7 +134,6 @@ def _disk_put(entry: KeyGroupState, payload: bytes | None = None) -> None:
     is (an Arrow IPC stream, written without re-encoding), a longer one as an uncompressed
     Arrow file. The directory may exceed its budget by what the workers write between
     eviction passes (1/16 each)."""
-    global _disk_written
     if DISK_CACHE_BYTES <= 0 or not entry.chain:
         return
     path = _disk_path(entry.chain)
@@ -151,15 +151,21 @@ def _disk_put(entry: KeyGroupState, payload: bytes | None = None) -> None:
             with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
                 writer.write_table(table)
         os.replace(tmp, path)
-        with _lock:
-            _disk_written += os.path.getsize(path)
-            evict = _disk_written >= DISK_CACHE_BYTES // 16
-            if evict:
-                _disk_written = 0
-        if evict:
-            _disk_evict()
+        _disk_account(os.path.getsize(path))
     except OSError:
         pass
+
+
+def _disk_account(size: int) -> None:
+    """Count a file written to the disk cache; every 1/16 of the budget, evict."""
+    global _disk_written
+    with _lock:
+        _disk_written += size
+        evict = _disk_written >= DISK_CACHE_BYTES // 16
+        if evict:
+            _disk_written = 0
+    if evict:
+        _disk_evict()
 
 
 _ARROW_FILE_MAGIC = b"ARROW1"
@@ -349,11 +355,39 @@ def load_key_groups(
     ]
     left = [len(chain) - start for _, chain, start, _, _ in todo]
     payload_bytes = 0
+    files: dict[int, _CacheFile] = {}  # position -> the disk-cache file its payload went to
 
-    def each(position: int, payload: bytes) -> None:
+    def sink(position: int) -> _CacheFile | None:
+        # a one-chunk chain's payload goes straight into its disk-cache file: no payload-sized
+        # buffer, no second copy; the worker maps the file (a chain that is already there, or
+        # a file that cannot be opened, comes as bytes)
+        i, _ = slots[position]
+        chain = todo[i][1]
+        if len(chain) != 1 or DISK_CACHE_BYTES <= 0:
+            return None
+        path = _disk_path(chain)
+        if os.path.exists(path):
+            return None
+        try:
+            files[position] = _CacheFile(path)
+        except OSError:
+            return None
+        return files[position]
+
+    def each(position: int, payload: bytes | None) -> None:
         # in a reading thread: the key group's state once its last chunk is read
         nonlocal payload_bytes
         i, j = slots[position]
+        kg, chain, start, table, sizes = todo[i]
+        if payload is None:
+            entry = files[position].finish(chain)
+            if entry is not None:
+                cache_put(entry, disk=False)
+                with _lock:
+                    states[kg] = entry
+                    payload_bytes += entry.sizes[0]
+                return
+            payload = repo.read_chunk(refs[position])  # the file failed: read it again
         with _lock:
             got[i][j] = payload
             left[i] -= 1
@@ -362,18 +396,66 @@ def load_key_groups(
                 return
             payloads = [p for p in got[i] if p is not None]
             got[i] = []
-        kg, chain, start, table, sizes = todo[i]
         entry = _materialise(chain, start, table, sizes, payloads, key_columns)
         cache_put(entry, disk=disk, payload=payloads[0] if len(chain) == 1 else None)
         with _lock:
             states[kg] = entry
 
     stored_before = repo.chunks.stored_bytes_read
-    repo.chunks.read_each(refs, each)
+    try:
+        repo.chunks.read_each(refs, each, sink=sink if disk else None)
+    finally:
+        for file in files.values():
+            file.discard()
     restore.stored_bytes = repo.chunks.stored_bytes_read - stored_before
     restore.payload_bytes = payload_bytes
     restore.ended = time.time()
     return states, restore
+
+
+class _CacheFile:
+    """A disk-cache file the store writes a verified chunk payload into (in a reading
+    thread). A failed write (a full disk) is remembered, not raised: the chunk is then read
+    again as bytes."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.handle: BinaryIO | None = open(self.tmp, "wb")  # noqa: SIM115 (closed in finish)
+        self.failed = False
+
+    def write(self, data: bytes, /) -> int:
+        if not self.failed and self.handle is not None:
+            try:
+                self.handle.write(data)
+            except OSError:
+                self.failed = True
+        return len(data)
+
+    def finish(self, chain: tuple[str, ...]) -> KeyGroupState | None:
+        """The cached state, the file renamed into place; None when writing it failed."""
+        handle, self.handle = self.handle, None
+        try:
+            if handle is not None:
+                handle.close()
+            if not self.failed:
+                os.replace(self.tmp, self.path)
+                _disk_account(os.path.getsize(self.path))
+                return _disk_get(chain)
+        except OSError:
+            pass
+        self.discard()
+        return None
+
+    def discard(self) -> None:
+        """Close and remove the temp file (nothing when it was renamed into place)."""
+        if self.handle is not None:
+            with contextlib.suppress(OSError):
+                self.handle.close()
+            self.handle = None
+        with contextlib.suppress(OSError):
+            os.remove(self.tmp)
 
 
 def empty_state(schema: pa.Schema) -> KeyGroupState:
