@@ -34,7 +34,7 @@ from runners.engine.tasks import (
     map_split,
     reduce_partition,
     restore_partition,
-    restore_pieces,
+    restore_tasks,
     scan_partition,
     split_partition,
 )
@@ -349,12 +349,11 @@ class EpochRunner:
 
         p = plan.parallelism
         sc = self.spark.sparkContext
-        pieces = restore_pieces(p, sc.defaultParallelism)
+        n = restore_tasks(p, sc.defaultParallelism)
 
         def restorer(index: int, _: Any) -> Any:
-            return restore_partition(plan, index, pieces)
+            return restore_partition(plan, index, n)
 
-        n = p * pieces
         reports = sc.parallelize(range(n), n).mapPartitionsWithIndex(restorer).collect()
         read = [r for r in reports if r.stored_bytes]
         stats: dict[str, int | float] = {

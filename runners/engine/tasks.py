@@ -6,7 +6,6 @@ re-run of an epoch writes byte-identical objects.
 from __future__ import annotations
 
 import json
-import math
 import pickle
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -583,29 +582,22 @@ def split_partition(
         yield result
 
 
-#: most pieces an epoch task's key-group range is cut into for the restore stage
-RESTORE_PIECES_MAX = 4
-
-
-def restore_pieces(parallelism: int, cores: int) -> int:
-    """Pieces per epoch task in the restore stage: the fewest that make the restore tasks
-    (parallelism * pieces) a multiple of the cores, so every core stays busy to the end
-    (3 ranges on 2 cores would leave one core idle for the last third); at most
-    `RESTORE_PIECES_MAX`."""
+def restore_tasks(parallelism: int, cores: int) -> int:
+    """Tasks of the restore stage: p rounded up to a multiple of the cores, so every core
+    stays busy to the end (p = 3 on 2 cores runs 4 tasks: with 3, one core would idle for
+    the last third)."""
     cores = max(1, cores)
-    return max(1, min(cores // math.gcd(parallelism, cores), RESTORE_PIECES_MAX))
+    return -(-parallelism // cores) * cores
 
 
-def restore_partition(plan: TaskPlan, index: int, pieces: int) -> Iterator[chunks.Restore]:
-    """Restore task `index` (a runner's first epoch, or a new parallelism): load the state of
-    its key groups into the machine's state cache, memory and local disk, with long
-    sequential reads (`chunks.load_key_groups`), so the epoch's tasks find it wherever they
-    run. Each epoch task's key-group range is cut into `pieces` consecutive pieces: restore
-    task ``index`` loads piece ``index % pieces`` of epoch task ``index // pieces``."""
-    task, piece = divmod(index, pieces)
-    groups = np.fromiter(sorted(plan.key_groups), dtype=np.int32, count=len(plan.key_groups))
-    owned = groups[owners(groups, plan.parallelism, plan.max_parallelism) == task]
-    mine = {int(kg): plan.key_groups[int(kg)] for kg in np.array_split(owned, pieces)[piece]}
+def restore_partition(plan: TaskPlan, index: int, tasks: int) -> Iterator[chunks.Restore]:
+    """Restore task `index` of `tasks` (a runner's first epoch, or a new parallelism): load
+    the state of the `index`-th of `tasks` consecutive slices of the key groups into the
+    machine's state cache, memory and local disk, with long sequential reads
+    (`chunks.load_key_groups`), so the epoch's tasks find it wherever they run."""
+    groups = sorted(plan.key_groups)
+    low, high = len(groups) * index // tasks, len(groups) * (index + 1) // tasks
+    mine = {kg: plan.key_groups[kg] for kg in groups[low:high]}
     _, restore = chunks.load_key_groups(plan.repo(), mine, plan.job.key_columns, disk=True)
     yield restore
 

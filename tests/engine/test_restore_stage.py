@@ -14,18 +14,18 @@ from runners.engine import chunks
 from runners.engine.aggregations import count
 from runners.engine.job import Job
 from runners.engine.sources import ParquetDirectory
-from runners.engine.tasks import TaskPlan, restore_partition, restore_pieces
+from runners.engine.tasks import TaskPlan, restore_partition, restore_tasks
 from snapshots_store import Repository
 
 
 def test_restore_tasks_are_a_multiple_of_the_cores() -> None:
-    assert restore_pieces(3, 2) == 2  # 6 tasks on 2 cores: no core idle for the last third
-    assert restore_pieces(2, 2) == 1
-    assert restore_pieces(4, 2) == 1
-    assert restore_pieces(1, 2) == 2
-    assert restore_pieces(5, 1) == 1
-    assert restore_pieces(3, 0) == 1  # an unknown core count: one task per range
-    assert restore_pieces(3, 16) == 4  # at most RESTORE_PIECES_MAX pieces per range
+    assert restore_tasks(3, 2) == 4  # with 3, one core would idle for the last third
+    assert restore_tasks(2, 2) == 2
+    assert restore_tasks(4, 2) == 4
+    assert restore_tasks(1, 2) == 2
+    assert restore_tasks(5, 1) == 5
+    assert restore_tasks(3, 0) == 3  # an unknown core count: one task per epoch task
+    assert restore_tasks(3, 16) == 16
 
 
 def _chunk(keys: list[str], deleted: list[bool] | None = None) -> bytes:
@@ -90,10 +90,10 @@ def test_restore_tasks_load_every_key_group_once(tmp_path: Path, cache_dir: Path
         key_groups={kg: (r,) for kg, r in refs.items()},
         processing_time_ms=0,
     )
-    pieces = restore_pieces(3, 2)
+    tasks = restore_tasks(3, 2)
     loaded = []
-    for index in range(3 * pieces):
-        (restore,) = restore_partition(plan, index, pieces)
+    for index in range(tasks):
+        (restore,) = restore_partition(plan, index, tasks)
         loaded.append(restore.stored_bytes)
-        assert restore.stored_bytes > 0  # every piece of 11 key groups over 6 tasks has some
+        assert restore.stored_bytes > 0  # 11 key groups over 4 tasks: 2, 3, 3, 3
     assert sum(loaded) == sum(repo.chunk_size(r) or 0 for r in refs.values())
