@@ -376,7 +376,8 @@ class _Writer:
             self.bytes_written += len(p.payload)
             self.chunks_written += 1
             self.chains[kg] = chain
-            chunks.cache_put(chunks.KeyGroupState(chain, p.new_state, sizes))
+            state = chunks.KeyGroupState(chain, p.new_state, sizes)
+            chunks.cache_put(state, payload=None if p.is_delta else p.payload)
             self.output_refs.append((ref, p.first_row, p.rows))
         self._pending.clear()
         self._pending_bytes = 0
