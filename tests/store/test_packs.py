@@ -23,7 +23,7 @@ from snapshots_store import (
 from snapshots_store.backends import PrefixedBackend
 from snapshots_store.backends.local import LocalBackend
 from snapshots_store.codec import canonical_json
-from snapshots_store.objects import object_id, object_key
+from snapshots_store.objects import encode_pack, object_id, object_key
 from snapshots_store.packs import split_ref
 
 from .helpers import manifest
@@ -244,10 +244,12 @@ def test_a_pack_index_of_an_unknown_format_is_refused(repo: Repository) -> None:
     frame = compressor.compress(b"payload")
     row = [0, 0, len(frame), 7, object_id("chunk", b"payload"), hashlib.sha256(frame).hexdigest()]
     for doc, detail in [
-        ({"format": 3, "members": [row]}, "unknown format 3"),
+        ({"codec": "zstd", "format": 3, "members": [row]}, "unknown format 3"),
         ({"format": 1, "members": [row[:5]]}, "unknown format 1"),  # format 1 has no key
-        ({"format": 2, "members": [row[:5]]}, "malformed"),  # format 2 rows have 6 fields
+        ({"codec": "zstd", "format": 2, "members": [row[:5]]}, "malformed"),  # 6 fields
         ({"members": [row]}, "malformed"),  # format 1 rows have 5
+        ({"format": 2, "members": [row]}, "names no codec"),
+        ({"codec": "brotli", "format": 2, "members": [row]}, "unknown codec 'brotli'"),
     ]:
         index = canonical_json(doc)
         zindex = compressor.compress(index)
@@ -294,3 +296,24 @@ def test_read_each_streams_format2_members_into_sinks(repo: Repository) -> None:
     with pytest.raises(CorruptObjectError, match="key group 2's stored bytes do not hash"):
         repo.chunks.read_each([refs[2]], got.__setitem__, sink=sink)
     assert all(not s.getvalue() for s in sinks.values())
+
+
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_format2_packs_of_either_codec_round_trip(repo: Repository, codec: str) -> None:
+    """The index names the members' codec; both read back, by range and whole (fsck)."""
+    payloads = {kg: (b"state row %d " % kg) * 2000 for kg in range(4)}
+    pack, data = encode_pack(payloads, codec=codec)
+    repo.backend.put(object_key(pack), data)
+    index = repo.chunks.index(pack)
+    assert index.codec == codec and index.format == 2
+    assert sum(m.stored for m in index.members.values()) < sum(map(len, payloads.values())) / 4
+    refs = [f"{pack}:{kg}" for kg in (3, 0, 2)]
+    assert repo.read_chunks(refs) == [payloads[3], payloads[0], payloads[2]]
+    sinks: dict[int, io.BytesIO] = {}
+    repo.chunks.read_each(refs, lambda p, b: None, sink=lambda p: sinks.setdefault(p, io.BytesIO()))
+    assert [sinks[p].getvalue() for p in range(3)] == [payloads[3], payloads[0], payloads[2]]
+    repo.commit(manifest(key_groups={kg: [f"{pack}:{kg}"] for kg in payloads}), "main",
+                expected_head=None, reason=codec)  # fmt: skip
+    assert check_repository(repo).ok
+    with pytest.raises(ValueError, match="pack codec"):
+        encode_pack(payloads, codec="brotli")
