@@ -425,7 +425,7 @@ class _CacheFile:
         self.handle: BinaryIO | None = open(self.tmp, "wb")  # noqa: SIM115 (closed in finish)
         self.failed = False
 
-    def write(self, data: bytes, /) -> int:
+    def write(self, data: bytes | memoryview, /) -> int:
         if not self.failed and self.handle is not None:
             try:
                 self.handle.write(data)
