@@ -33,7 +33,7 @@ from snapshots_store.errors import CorruptObjectError, InvalidNameError, ObjectN
 KINDS: Final = frozenset({"chunk", "output", "manifest", "blob", "pack"})
 PACK: Final = "pack"
 #: the pack index format `encode_pack` writes: 2 names each member's frame hash (a reader
-#: verifies a member by hashing its compressed bytes, not its 3-4x larger payload); format 1
+#: verifies a member by hashing its compressed bytes, not its larger payload); format 1
 #: (members without it, verified by their payload's chunk id) is still read
 PACK_FORMAT: Final = 2
 #: how a format 2 pack compresses its members (the index names it; format 1 is zstd):
