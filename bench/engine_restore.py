@@ -6,9 +6,11 @@ state back, against the disk's own sequential read bandwidth measured in the sam
 2. The store's files are dropped from the page cache (`bench.disk.drop_page_cache`), then a
    child process restarts the job at p = 3 (a new JVM and new Python workers, an empty state
    cache) and runs its next epoch (``--restore-touched`` keys). Before it, the engine's restore
-   stage (`EpochRunner._restore`, a runner's first epoch or a new parallelism) has each of the
-   3 tasks load its whole key-group range into the state cache at once: long sequential range
-   reads of the packs, several in flight (runners/engine/chunks.py `load_key_groups`).
+   stage (`EpochRunner._restore`, a runner's first epoch or a new parallelism) has its tasks
+   (p = 3 rounded up to a multiple of the cores: 4 on local[2]) load consecutive slices of the
+   key groups into the state cache at once: long sequential range reads of the packs, several
+   in flight, each key group verified, decompressed into its state-cache file and mapped in
+   the reading thread (runners/engine/chunks.py `load_key_groups`).
    ``restore_mb_s`` = stored bytes the tasks read ÷ the wall-clock span from the first task's
    read start to the last task's state in the cache (manifest stats ``restore_bytes``,
    ``restore_span_s``; ``restore_s`` is the stage's whole Spark job).

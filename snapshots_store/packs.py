@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final
 
@@ -24,7 +24,9 @@ from snapshots_store.objects import (
     ObjectStore,
     PackIndex,
     PackMember,
+    Sink,
     member_payload,
+    member_payload_into,
     object_key,
     pack_head_length,
     pack_index,
@@ -150,9 +152,35 @@ class ChunkReader:
             return None
 
     def read(self, refs: Sequence[str], *, threads: int = READ_THREADS) -> list[bytes]:
-        """Verified payloads of chunk refs, in order. Members of one pack are read in long
-        sequential ranges (sorted by offset, neighbours coalesced); up to `threads` ranges
-        and loose chunks are read at once."""
+        """Verified payloads of chunk refs, in order (see `read_each`)."""
+        out: list[bytes | None] = [None] * len(refs)
+
+        def keep(position: int, payload: bytes | None) -> None:
+            out[position] = payload
+
+        self.read_each(refs, keep, threads=threads)
+        assert all(payload is not None for payload in out)
+        return [payload for payload in out if payload is not None]
+
+    def read_each(
+        self,
+        refs: Sequence[str],
+        each: Callable[[int, bytes | None], None],
+        *,
+        sink: Callable[[int], Sink | None] | None = None,
+        threads: int = READ_THREADS,
+    ) -> None:
+        """Call ``each(position in refs, verified payload)`` for every chunk ref, from the
+        reading threads, as soon as its read is verified (any order; a caller's work on a
+        payload overlaps the other reads). Members of one pack are read in long sequential
+        ranges (sorted by offset, neighbours coalesced); up to `threads` ranges and loose
+        chunks are read at once. An error of any read or of `each` is raised here.
+
+        With `sink`, a format 2 member's payload may go to a file instead: ``sink(position)``
+        returns a `Sink` such as an open binary file (or None: bytes as usual), the verified
+        payload is written into it (`member_payload_into`, without a payload-sized buffer)
+        and `each` gets None as the payload. Loose chunks and format 1 members always come
+        as bytes."""
         jobs: list[tuple[str, list[tuple[int, PackMember]], PackIndex | None]] = []
         by_pack: dict[str, list[tuple[int, PackMember]]] = {}
         for position, ref in enumerate(refs):
@@ -165,14 +193,14 @@ class ChunkReader:
             index = self.index(pack_id)
             for run in _runs(sorted(wanted, key=lambda w: w[1].offset)):
                 jobs.append((pack_id, run, index))
-        out: list[bytes | None] = [None] * len(refs)
 
         def fetch(job: tuple[str, list[tuple[int, PackMember]], PackIndex | None]) -> None:
             oid, run, index = job
             if index is None:
-                out[run[0][0]] = self.objects.get(oid, context="key-group chunk")[1]
+                loose = self.objects.get(oid, context="key-group chunk")[1]
                 stored = self.objects.stat(oid)
                 self._count(0 if stored is None else stored.size)
+                each(run[0][0], loose)
                 return
             start = run[0][1].offset
             length = run[-1][1].offset + run[-1][1].stored - start
@@ -182,8 +210,14 @@ class ChunkReader:
             view = memoryview(data)
             for position, member in run:
                 frame = view[member.offset - start : member.offset - start + member.stored]
-                out[position] = member_payload(index, member, bytes(frame))
-            self._count(sum(member.stored for _, member in run))
+                out = None if sink is None or member.frame_hash is None else sink(position)
+                if out is None:
+                    payload: bytes | None = member_payload(index, member, frame)
+                else:
+                    member_payload_into(index, member, frame, out)
+                    payload = None
+                self._count(member.stored)
+                each(position, payload)
 
         if threads <= 1 or len(jobs) <= 1:
             for job in jobs:
@@ -191,8 +225,6 @@ class ChunkReader:
         else:
             with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
                 list(pool.map(fetch, jobs))
-        assert all(payload is not None for payload in out)
-        return [payload for payload in out if payload is not None]
 
     def _count(self, stored: int) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -127,11 +128,12 @@ def _disk_path(chain: tuple[str, ...]) -> str:
 _disk_written = 0
 
 
-def _disk_put(entry: KeyGroupState) -> None:
-    """Write a materialised chain as an uncompressed Arrow file for the other workers of this
-    machine (best effort: a full or read-only disk only costs a cache miss). The directory may
-    exceed its budget by what the workers write between eviction passes (1/16 each)."""
-    global _disk_written
+def _disk_put(entry: KeyGroupState, payload: bytes | None = None) -> None:
+    """Write a materialised chain for the other workers of this machine (best effort: a full or
+    read-only disk only costs a cache miss): a chain of one chunk as that chunk's payload as it
+    is (an Arrow IPC stream, written without re-encoding), a longer one as an uncompressed
+    Arrow file. The directory may exceed its budget by what the workers write between
+    eviction passes (1/16 each)."""
     if DISK_CACHE_BYTES <= 0 or not entry.chain:
         return
     path = _disk_path(entry.chain)
@@ -139,18 +141,34 @@ def _disk_put(entry: KeyGroupState) -> None:
         return
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        meta = {b"epochal.sizes": json.dumps(list(entry.sizes)).encode()}
-        table = entry.table.replace_schema_metadata(meta)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        if payload is not None and len(entry.chain) == 1:
+            with open(tmp, "wb") as handle:
+                handle.write(payload)
+        else:
+            meta = {b"epochal.sizes": json.dumps(list(entry.sizes)).encode()}
+            table = entry.table.replace_schema_metadata(meta)
+            with pa.OSFile(tmp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
         os.replace(tmp, path)
-        _disk_written += os.path.getsize(path)
-        if _disk_written >= DISK_CACHE_BYTES // 16:
-            _disk_written = 0
-            _disk_evict()
+        _disk_account(os.path.getsize(path))
     except OSError:
         pass
+
+
+def _disk_account(size: int) -> None:
+    """Count a file written to the disk cache; every 1/16 of the budget, evict."""
+    global _disk_written
+    with _lock:
+        _disk_written += size
+        evict = _disk_written >= DISK_CACHE_BYTES // 16
+        if evict:
+            _disk_written = 0
+    if evict:
+        _disk_evict()
+
+
+_ARROW_FILE_MAGIC = b"ARROW1"
 
 
 def _disk_get(chain: tuple[str, ...]) -> KeyGroupState | None:
@@ -158,11 +176,17 @@ def _disk_get(chain: tuple[str, ...]) -> KeyGroupState | None:
         return None
     try:
         source = pa.memory_map(_disk_path(chain), "r")
-        table = pa.ipc.open_file(source).read_all()
-    except (OSError, pa.ArrowInvalid):
+        if source.read(len(_ARROW_FILE_MAGIC)) == _ARROW_FILE_MAGIC:
+            table = pa.ipc.open_file(source).read_all()
+            sizes = tuple(json.loads((table.schema.metadata or {})[b"epochal.sizes"]))
+            return KeyGroupState(chain, table.replace_schema_metadata(None), sizes)
+        if len(chain) != 1:
+            return None
+        source.seek(0)
+        chunk = pa.ipc.open_stream(source).read_all()
+        return KeyGroupState(chain, _base(chunk), (source.size(),))
+    except (OSError, pa.ArrowInvalid, KeyError, ValueError):
         return None
-    sizes = tuple(json.loads((table.schema.metadata or {})[b"epochal.sizes"]))
-    return KeyGroupState(chain, table.replace_schema_metadata(None), sizes)
 
 
 def _disk_evict() -> None:
@@ -185,11 +209,12 @@ def _disk_evict() -> None:
         total -= size
 
 
-def cache_put(entry: KeyGroupState, *, disk: bool = True) -> None:
-    """Remember a materialised chain in this worker (LRU bounded by bytes) and on local disk."""
+def cache_put(entry: KeyGroupState, *, disk: bool = True, payload: bytes | None = None) -> None:
+    """Remember a materialised chain in this worker (LRU bounded by bytes) and on local disk
+    (`payload`: the chunk of a one-chunk chain, written to disk as it is)."""
     global _cache_bytes
     if disk:
-        _disk_put(entry)
+        _disk_put(entry, payload)
     with _lock:
         if entry.chain in _cache:
             return
@@ -264,14 +289,16 @@ def _materialise(
     for payload in payloads:
         size_list.append(len(payload))
         chunk = decode_table(payload)
-        if table is None and not pc.any(chunk.column(DELETED)).as_py():
-            table = chunk.drop_columns([DELETED])  # a base without deletions: no copy
-        elif table is None:
-            table = chunk.filter(pc.invert(chunk.column(DELETED))).drop_columns([DELETED])
-        else:
-            table = apply_delta(table, chunk, key_columns)
+        table = _base(chunk) if table is None else apply_delta(table, chunk, key_columns)
     assert table is not None
     return KeyGroupState(chain, table, tuple(size_list))
+
+
+def _base(chunk: pa.Table) -> pa.Table:
+    """The state a chain's first chunk holds: its live rows (no copy when none is deleted)."""
+    if not pc.any(chunk.column(DELETED)).as_py():
+        return chunk.drop_columns([DELETED])
+    return chunk.filter(pc.invert(chunk.column(DELETED))).drop_columns([DELETED])
 
 
 @dataclass
@@ -318,22 +345,117 @@ def load_key_groups(
     if not todo:
         return states, restore
     restore.started = time.time()
-    refs = [ref for _, chain, start, _, _ in todo for ref in chain[start:]]
+    refs: list[str] = []
+    slots: list[tuple[int, int]] = []  # per ref: (index in todo, index in its chain's rest)
+    for i, (_, chain, start, _, _) in enumerate(todo):
+        refs.extend(chain[start:])
+        slots.extend((i, j) for j in range(len(chain) - start))
+    got: list[list[bytes | None]] = [
+        [None] * (len(chain) - start) for _, chain, start, _, _ in todo
+    ]
+    left = [len(chain) - start for _, chain, start, _, _ in todo]
+    payload_bytes = 0
+    files: dict[int, _CacheFile] = {}  # position -> the disk-cache file its payload went to
+
+    def sink(position: int) -> _CacheFile | None:
+        # a one-chunk chain's payload goes straight into its disk-cache file: no payload-sized
+        # buffer, no second copy; the worker maps the file (a chain that is already there, or
+        # a file that cannot be opened, comes as bytes)
+        i, _ = slots[position]
+        chain = todo[i][1]
+        if len(chain) != 1 or DISK_CACHE_BYTES <= 0:
+            return None
+        path = _disk_path(chain)
+        if os.path.exists(path):
+            return None
+        try:
+            files[position] = _CacheFile(path)
+        except OSError:
+            return None
+        return files[position]
+
+    def each(position: int, payload: bytes | None) -> None:
+        # in a reading thread: the key group's state once its last chunk is read
+        nonlocal payload_bytes
+        i, j = slots[position]
+        kg, chain, start, table, sizes = todo[i]
+        if payload is None:
+            entry = files[position].finish(chain)
+            if entry is not None:
+                cache_put(entry, disk=False)
+                with _lock:
+                    states[kg] = entry
+                    payload_bytes += entry.sizes[0]
+                return
+            payload = repo.read_chunk(refs[position])  # the file failed: read it again
+        with _lock:
+            got[i][j] = payload
+            left[i] -= 1
+            payload_bytes += len(payload)
+            if left[i]:
+                return
+            payloads = [p for p in got[i] if p is not None]
+            got[i] = []
+        entry = _materialise(chain, start, table, sizes, payloads, key_columns)
+        cache_put(entry, disk=disk, payload=payloads[0] if len(chain) == 1 else None)
+        with _lock:
+            states[kg] = entry
+
     stored_before = repo.chunks.stored_bytes_read
-    payloads = repo.read_chunks(refs)
+    try:
+        repo.chunks.read_each(refs, each, sink=sink if disk else None)
+    finally:
+        for file in files.values():
+            file.discard()
     restore.stored_bytes = repo.chunks.stored_bytes_read - stored_before
-    restore.payload_bytes = sum(len(p) for p in payloads)
-    position = 0
-    for kg, chain, start, table, sizes in todo:
-        count = len(chain) - start
-        entry = _materialise(
-            chain, start, table, sizes, payloads[position : position + count], key_columns
-        )
-        position += count
-        cache_put(entry, disk=disk)
-        states[kg] = entry
+    restore.payload_bytes = payload_bytes
     restore.ended = time.time()
     return states, restore
+
+
+class _CacheFile:
+    """A disk-cache file the store writes a verified chunk payload into (in a reading
+    thread). A failed write (a full disk) is remembered, not raised: the chunk is then read
+    again as bytes."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        self.handle: BinaryIO | None = open(self.tmp, "wb")  # noqa: SIM115 (closed in finish)
+        self.failed = False
+
+    def write(self, data: bytes | memoryview, /) -> int:
+        if not self.failed and self.handle is not None:
+            try:
+                self.handle.write(data)
+            except OSError:
+                self.failed = True
+        return len(data)
+
+    def finish(self, chain: tuple[str, ...]) -> KeyGroupState | None:
+        """The cached state, the file renamed into place; None when writing it failed."""
+        handle, self.handle = self.handle, None
+        try:
+            if handle is not None:
+                handle.close()
+            if not self.failed:
+                os.replace(self.tmp, self.path)
+                _disk_account(os.path.getsize(self.path))
+                return _disk_get(chain)
+        except OSError:
+            pass
+        self.discard()
+        return None
+
+    def discard(self) -> None:
+        """Close and remove the temp file (nothing when it was renamed into place)."""
+        if self.handle is not None:
+            with contextlib.suppress(OSError):
+                self.handle.close()
+            self.handle = None
+        with contextlib.suppress(OSError):
+            os.remove(self.tmp)
 
 
 def empty_state(schema: pa.Schema) -> KeyGroupState:

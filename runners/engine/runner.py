@@ -34,6 +34,7 @@ from runners.engine.tasks import (
     map_split,
     reduce_partition,
     restore_partition,
+    restore_tasks,
     scan_partition,
     split_partition,
 )
@@ -346,12 +347,14 @@ class EpochRunner:
         the manifest stats ``restore_*``."""
         started = time.perf_counter()
 
-        def restorer(index: int, _: Any) -> Any:
-            return restore_partition(plan, index)
-
         p = plan.parallelism
         sc = self.spark.sparkContext
-        reports = sc.parallelize(range(p), p).mapPartitionsWithIndex(restorer).collect()
+        n = restore_tasks(p, sc.defaultParallelism)
+
+        def restorer(index: int, _: Any) -> Any:
+            return restore_partition(plan, index, n)
+
+        reports = sc.parallelize(range(n), n).mapPartitionsWithIndex(restorer).collect()
         read = [r for r in reports if r.stored_bytes]
         stats: dict[str, int | float] = {
             "restore_s": round(time.perf_counter() - started, 6),

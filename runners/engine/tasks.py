@@ -376,7 +376,8 @@ class _Writer:
             self.bytes_written += len(p.payload)
             self.chunks_written += 1
             self.chains[kg] = chain
-            chunks.cache_put(chunks.KeyGroupState(chain, p.new_state, sizes))
+            state = chunks.KeyGroupState(chain, p.new_state, sizes)
+            chunks.cache_put(state, payload=None if p.is_delta else p.payload)
             self.output_refs.append((ref, p.first_row, p.rows))
         self._pending.clear()
         self._pending_bytes = 0
@@ -582,14 +583,22 @@ def split_partition(
         yield result
 
 
-def restore_partition(plan: TaskPlan, task: int) -> Iterator[chunks.Restore]:
-    """The restore stage (a runner's first epoch, or a new parallelism): load the state of every
-    key group this task owns into the machine's state cache, memory and local disk, with long
-    sequential reads (`chunks.load_key_groups`), so the epoch's tasks find it wherever they
-    run."""
-    groups = np.fromiter(plan.key_groups, dtype=np.int32, count=len(plan.key_groups))
-    owned = owners(groups, plan.parallelism, plan.max_parallelism)
-    mine = {int(kg): plan.key_groups[int(kg)] for kg in groups[owned == task]}
+def restore_tasks(parallelism: int, cores: int) -> int:
+    """Tasks of the restore stage: p rounded up to a multiple of the cores, so every core
+    stays busy to the end (p = 3 on 2 cores runs 4 tasks: with 3, one core would idle for
+    the last third)."""
+    cores = max(1, cores)
+    return -(-parallelism // cores) * cores
+
+
+def restore_partition(plan: TaskPlan, index: int, tasks: int) -> Iterator[chunks.Restore]:
+    """Restore task `index` of `tasks` (a runner's first epoch, or a new parallelism): load
+    the state of the `index`-th of `tasks` consecutive slices of the key groups into the
+    machine's state cache, memory and local disk, with long sequential reads
+    (`chunks.load_key_groups`), so the epoch's tasks find it wherever they run."""
+    groups = sorted(plan.key_groups)
+    low, high = len(groups) * index // tasks, len(groups) * (index + 1) // tasks
+    mine = {kg: plan.key_groups[kg] for kg in groups[low:high]}
     _, restore = chunks.load_key_groups(plan.repo(), mine, plan.job.key_columns, disk=True)
     yield restore
 
