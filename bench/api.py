@@ -6,7 +6,8 @@
    branches with the lineage benchmark's builder (`bench.lineage.build_index`), plus an
    application version, a job on `main` and a viewer with an API token.
 2. Serves the control plane with gunicorn (`gthread` workers) on a free loopback port.
-3. Runs `--clients` concurrent clients for `--seconds`. Each client keeps one HTTP/1.1
+3. Runs `--clients` concurrent clients for `--seconds` (coroutines on one asyncio loop, or a
+   thread each with `--load-client threads`). Each client keeps one HTTP/1.1
    connection and sends `--rate` requests per second (paced, with jitter), cycling through
    the endpoints: the job (`GET /api/jobs/bench-job/`), a page of a random branch's log
    (`GET …/snapshots/?rev=heads/<b>&limit=50`, half first-parent), a random page of the

@@ -24,6 +24,7 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -102,7 +103,8 @@ def thread_cpu_s(pids: list[int]) -> dict[str, float]:
 def record(
     pids: list[int], seconds: float, rate: int, folder: Path, extra: list[str]
 ) -> list[Path]:
-    spy = shutil.which("py-spy")
+    beside = Path(sys.executable).parent / "py-spy"  # the venv's, when not on PATH
+    spy = str(beside) if beside.exists() else shutil.which("py-spy")
     if spy is None:
         raise SystemExit("py-spy is not on PATH (requirements/dev.in installs it)")
     procs, outputs = [], []
