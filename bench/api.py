@@ -6,7 +6,8 @@
    branches with the lineage benchmark's builder (`bench.lineage.build_index`), plus an
    application version, a job on `main` and a viewer with an API token.
 2. Serves the control plane with gunicorn (`gthread` workers) on a free loopback port.
-3. Runs `--clients` concurrent clients for `--seconds`. Each client keeps one HTTP/1.1
+3. Runs `--clients` concurrent clients for `--seconds` (coroutines on one asyncio loop, or a
+   thread each with `--load-client threads`). Each client keeps one HTTP/1.1
    connection and sends `--rate` requests per second (paced, with jitter), cycling through
    the endpoints: the job (`GET /api/jobs/bench-job/`), a page of a random branch's log
    (`GET …/snapshots/?rev=heads/<b>&limit=50`, half first-parent), a random page of the
@@ -22,6 +23,7 @@ of the machine. Nothing is compared with a fixed figure.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import http.client
 import json
 import os
@@ -256,8 +258,23 @@ def client(
 
 
 def load(
-    port: int, facts: dict[str, Any], *, clients: int, seconds: float, rate: float, record: bool
+    port: int,
+    facts: dict[str, Any],
+    *,
+    clients: int,
+    seconds: float,
+    rate: float,
+    record: bool,
+    mode: str = "asyncio",
 ) -> Samples:
+    """`clients` paced clients for `seconds`: one asyncio event loop multiplexing their
+    connections (`mode="asyncio"`: the generator's own CPU stays small and no client waits
+    for another's turn at the interpreter to read its answer), or one thread each
+    (`mode="threads"`, the generator of the runs before 2026-11-27)."""
+    if mode == "asyncio":
+        return asyncio.run(
+            _load_async(port, facts, clients=clients, seconds=seconds, rate=rate, record=record)
+        )
     samples = Samples()
     start = threading.Barrier(clients + 1)
     window: dict[str, float] = {}
@@ -281,6 +298,96 @@ def load(
     start.wait()
     for thread in threads:
         thread.join(timeout=seconds + 120)
+    return samples
+
+
+async def _exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
+) -> tuple[int, bytes]:
+    """Send one HTTP/1.1 request on a kept-alive connection; (status, body)."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "content-length" in headers:
+        return status, await reader.readexactly(int(headers["content-length"]))
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = bytearray()
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            chunk = await reader.readexactly(size + 2)
+            if size == 0:
+                return status, bytes(body)
+            body += chunk[:-2]
+    return status, b""  # 304, 204: no body
+
+
+async def _client_async(
+    index: int,
+    port: int,
+    facts: dict[str, Any],
+    *,
+    until: float,
+    interval: float,
+    samples: Samples | None,
+) -> None:
+    rng = random.Random(index)
+    auth = f"Authorization: Token {facts['token']}\r\nAccept: application/json\r\n"
+    step = index % len(ENDPOINTS)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    next_at = time.monotonic() + rng.random() * interval  # spread the first requests
+    try:
+        while True:
+            delay = next_at - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if time.monotonic() >= until:
+                break
+            endpoint = ENDPOINTS[step % len(ENDPOINTS)]
+            step += 1
+            path = path_for(endpoint, facts, rng)
+            request = (
+                f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                f"{auth if endpoint != 'healthz' else ''}\r\n"
+            ).encode()
+            started = time.perf_counter()
+            try:
+                status, body = await asyncio.wait_for(_exchange(reader, writer, request), 30)
+                ok, what = status == 200, f"{status} {path}: {body[:200]!r}"
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
+                ok, what = False, f"{type(exc).__name__} {path}: {exc}"
+                writer.close()
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            ms = (time.perf_counter() - started) * 1000
+            if samples is not None:
+                samples.add(endpoint, ms, ok, what)
+            next_at += interval * rng.uniform(0.8, 1.2)
+    finally:
+        writer.close()
+
+
+async def _load_async(
+    port: int, facts: dict[str, Any], *, clients: int, seconds: float, rate: float, record: bool
+) -> Samples:
+    samples = Samples()
+    until = time.monotonic() + seconds
+    await asyncio.gather(
+        *(
+            _client_async(
+                i,
+                port,
+                facts,
+                until=until,
+                interval=1.0 / rate,
+                samples=samples if record else None,
+            )
+            for i in range(clients)
+        )
+    )
     return samples
 
 
@@ -366,13 +473,25 @@ def conditional_load(
 
 
 def saturation(
-    port: int, facts: dict[str, Any], *, clients: int, steps: list[float], seconds: float
+    port: int,
+    facts: dict[str, Any],
+    *,
+    clients: int,
+    steps: list[float],
+    seconds: float,
+    mode: str,
 ) -> list[dict[str, Any]]:
     """Offered rate raised step by step until the API p99 passes 100 ms."""
     results = []
     for offered in steps:
         samples = load(
-            port, facts, clients=clients, seconds=seconds, rate=offered / clients, record=True
+            port,
+            facts,
+            clients=clients,
+            seconds=seconds,
+            rate=offered / clients,
+            record=True,
+            mode=mode,
         )
         api = [v for e in API_ENDPOINTS for v in samples.latencies[e]]
         base = samples.latencies["healthz"]
@@ -478,6 +597,9 @@ def summarise(
             "gunicorn_workers": args.workers,
             "gunicorn_threads": args.threads,
             "db_pool": args.db_pool,
+            "watch_slots": args.watch_slots,
+            "load_client": args.load_client,
+            "response_cache_bytes": args.response_cache_bytes,
             "build_seconds": round(facts["build_s"], 1),
             "cpus": os.cpu_count(),
         }
@@ -515,6 +637,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--step-seconds", type=float, default=10.0)
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--watch-hold", type=int, default=60, help="?watch= of idle watchers")
+    parser.add_argument(
+        "--load-client",
+        choices=("asyncio", "threads"),
+        default="asyncio",
+        help="the paced clients of the main window and the saturation steps: one asyncio "
+        "loop multiplexing them, or a Python thread each (the generator before 2026-11-27)",
+    )
+    parser.add_argument(
+        "--response-cache-bytes",
+        type=int,
+        default=None,
+        help="EPOCHAL_RESPONSE_CACHE_BYTES of the server (default: the setting's default)",
+    )
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args(argv)
@@ -523,6 +658,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["DJANGO_DEBUG"] = "false"
     # Outside debug the server needs a secret key; a fresh one per run, as a deployment has.
     os.environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
+    if args.response_cache_bytes is not None:
+        os.environ["EPOCHAL_RESPONSE_CACHE_BYTES"] = str(args.response_cache_bytes)
     base_url = os.environ.get("DATABASE_URL", "")
     if not base_url:
         log("DATABASE_URL is not set: using a scratch SQLite file (PostgreSQL is the target)")
@@ -545,15 +682,23 @@ def main(argv: list[str] | None = None) -> int:
                     seconds=args.warmup_seconds,
                     rate=args.rate,
                     record=False,
+                    mode=args.load_client,
                 )
             load_before = os.getloadavg()[0]
-            cpu_before = server_cpu_s(master)
+            cpu_before, client_before = server_cpu_s(master), time.process_time()
             started = time.monotonic()
             samples = load(
-                port, facts, clients=args.clients, seconds=args.seconds, rate=args.rate, record=True
+                port,
+                facts,
+                clients=args.clients,
+                seconds=args.seconds,
+                rate=args.rate,
+                record=True,
+                mode=args.load_client,
             )
             elapsed = time.monotonic() - started
             cpu = server_cpu_s(master) - cpu_before
+            client_cpu = time.process_time() - client_before
             load_after = os.getloadavg()[0]
             log("conditional reads (If-None-Match)")
             not_modified, cpu_304 = conditional_load(
@@ -572,6 +717,7 @@ def main(argv: list[str] | None = None) -> int:
                 clients=args.clients,
                 steps=[float(x) for x in args.steps.split(",") if x],
                 seconds=args.step_seconds,
+                mode=args.load_client,
             )
             log(f"{args.clients} idle watchers for {args.idle_seconds:g}s")
             idle = idle_watch(
@@ -586,6 +732,8 @@ def main(argv: list[str] | None = None) -> int:
     result["loadavg_1m_before"] = round(load_before, 2)
     result["loadavg_1m_after"] = round(load_after, 2)
     result["server_cpu_ms_per_request"] = round(cpu * 1000 / max(result["requests"], 1), 2)
+    # the load generator's own CPU (this process) over the main window, on the same cores
+    result["client_cpu_ms_per_request"] = round(client_cpu * 1000 / max(result["requests"], 1), 2)
     result["p99_ms_304"] = round(percentile(not_modified, 99), 2) if not_modified else None
     result["p50_ms_304"] = round(percentile(not_modified, 50), 2) if not_modified else None
     result["requests_304"] = len(not_modified)

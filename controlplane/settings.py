@@ -279,6 +279,9 @@ SPECTACULAR_SETTINGS = {
 # may wait at once per server process (each holds a gunicorn thread; see docs/api.md).
 EPOCHAL_WATCH_MAX_S = float(config.env("EPOCHAL_WATCH_MAX_S", "60"))
 EPOCHAL_WATCH_SLOTS = int(config.env("EPOCHAL_WATCH_SLOTS", "24"))
+# Rendered answers of conditional reads kept per server process by ETag, at most this many
+# bytes (controlplane/api/response_cache.py; 0: off).
+EPOCHAL_RESPONSE_CACHE_BYTES = config.env_int("EPOCHAL_RESPONSE_CACHE_BYTES", 16 * 1024 * 1024)
 EPOCHAL_AUDIT_READS = config.env_bool("EPOCHAL_AUDIT_READS", False)
 EPOCHAL_API_RATE = config.env("EPOCHAL_API_RATE", "100000/hour")
 EPOCHAL_METRICS_TOKEN = config.env("EPOCHAL_METRICS_TOKEN", "")

@@ -146,6 +146,20 @@ def _fresh_local_cache() -> Iterator[None]:
     yield
 
 
+@pytest.fixture(autouse=True)
+def _fresh_response_cache() -> Iterator[None]:
+    """Rendered answers are kept per process by ETag (controlplane/api/response_cache.py);
+    a test database rolled back or flushed between tests may hand out the same ids and
+    revisions again, with other rows behind them, which a real database never does."""
+    yield
+    from django.conf import settings
+
+    if settings.configured:
+        from controlplane.api.response_cache import RESPONSES
+
+        RESPONSES.clear()
+
+
 def registered_store(url: str) -> Any:
     """The `Store` registered for `url` (created as an admin's registration would, without
     the EPOCHAL_STORE_ROOTS check, since test stores live under pytest's tmp_path)."""

@@ -18,6 +18,7 @@ from controlplane.api.conditional import (
     watching,
 )
 from controlplane.api.pagination import PAGE_PARAMETERS, KeysetPagination, page_of
+from controlplane.api.response_cache import cached, remember
 from controlplane.api.schema import error
 from controlplane.api.serializers import (
     JobCreateSerializer,
@@ -115,6 +116,9 @@ class JobDetailView(ApiView):
                 return not_modified_after_watch(request, etag)
             mark = job_mark(name=name)
             etag = etag_for(request, "job", mark.job_id, mark.revision)
+        kept = cached(request, etag)
+        if kept is not None:
+            return kept
         job = job_overview(name=name)  # read after the revision: the ETag is never newer
         ctx = {
             "request": request,
@@ -123,7 +127,7 @@ class JobDetailView(ApiView):
             "active_operation": job.active_operation,  # type: ignore[attr-defined]
             "head": mark.head,
         }
-        return tag(Response(job_detail_representation(job, ctx)), etag)
+        return remember(request, tag(Response(job_detail_representation(job, ctx)), etag), etag)
 
 
 class JobRunListView(ApiView):

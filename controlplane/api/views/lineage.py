@@ -27,6 +27,7 @@ from controlplane.api.pagination import (
     page_response_data,
     sequence_page,
 )
+from controlplane.api.response_cache import cached, remember
 from controlplane.api.schema import REF, error
 from controlplane.api.serializers import (
     BranchSerializer,
@@ -147,9 +148,13 @@ class SnapshotLogView(ApiView):
                     start, etag = begin()
             if matches(request, etag):
                 return not_modified_after_watch(request, etag)
+        kept = cached(request, etag)
+        if kept is not None:
+            return kept
         page = selectors.snapshot_log_page(start, limit=limit, cursor=cursor)
         data = snapshot_summaries(page.snapshots, snapshot_url_prefix(request, name))
-        return tag(Response(page_response_data(request, data, page.next_cursor)), etag)
+        response = Response(page_response_data(request, data, page.next_cursor))
+        return remember(request, tag(response, etag), etag)
 
 
 class SnapshotDetailView(ApiView):
@@ -222,6 +227,9 @@ class LineageGraphView(ApiView):
             if not changed:
                 return not_modified_after_watch(request, etag)
             etag = etag_for(request, "lineage", application.pk, changed)
+        kept = cached(request, etag)
+        if kept is not None:
+            return kept
         page = selectors.lineage_graph_page(application=application, limit=limit, cursor=cursor)
         prefix = snapshot_url_prefix(request, application.name)
         data = page_response_data(
@@ -231,4 +239,4 @@ class LineageGraphView(ApiView):
             {"child": e.child, "parent": e.parent, "position": e.position} for e in page.edges
         ]
         data["refs"] = page.refs
-        return tag(Response(data), etag)
+        return remember(request, tag(Response(data), etag), etag)

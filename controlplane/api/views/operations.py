@@ -22,6 +22,7 @@ from controlplane.api.conditional import (
     watching,
 )
 from controlplane.api.pagination import PAGE_PARAMETERS, KeysetPagination, page_of
+from controlplane.api.response_cache import cached, remember
 from controlplane.api.schema import error
 from controlplane.api.serializers import OperationRequestSerializer, OperationSerializer
 from controlplane.applications.models import Application
@@ -170,10 +171,13 @@ class OperationDetailView(ApiView):
                 return not_modified_after_watch(request, etag)
             key, revision = selectors.operation_revision(operation_id=operation_id)
             etag = etag_for(request, "operation", key.hex, revision)
+        kept = cached(request, etag)
+        if kept is not None:
+            return kept
         # read after the revision: the ETag is never newer than the body
         operation = selectors.operation_get(operation_id=operation_id)
         data = OperationSerializer(operation, context={"request": request}).data
-        return tag(Response(data), etag)
+        return remember(request, tag(Response(data), etag), etag)
 
 
 class OperationCancelView(ApiView):
