@@ -601,7 +601,8 @@ class Bench:
         data = self.dataset(
             "live", keys=s.live_keys, records=s.live_records, epochs=s.live_epochs, seed=5
         )
-        figures = engine_recovery.measure_recovery(self.work, data)
+        standby = self.size_overrides.get("recovery_standby")
+        figures = engine_recovery.measure_recovery(self.work, data, standby=standby != 0)
         log(f"recovery: {figures}")
         if not figures["recovery_kill_mid_epoch"]:
             self.problems.append("recovery: the kill did not land inside an epoch")
@@ -937,6 +938,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if variants - set(VARIANTS) or not variants:
         p.error(f"--variants: unknown {sorted(variants - set(VARIANTS))}")
     args.variants = [x for x in VARIANTS if x in variants]
+    if args.recovery_standby not in (None, 0, 1):
+        p.error(f"--recovery-standby must be 0 or 1, got {args.recovery_standby}")
     return args
 
 
@@ -947,6 +950,8 @@ PART_SIZE_FLAGS = {
     "large-records": "large_state part: records of each epoch after the first (1,000,000)",
     "large-epochs": "large_state part: epochs (default 3)",
     "large-max-parallelism": "large_state part: key groups M (default 32,768)",
+    "recovery-standby": "recovery part: 1 = the job keeps a warm standby driver (default), "
+    "0 = the restart starts a driver cold",
 }
 
 

@@ -1,0 +1,113 @@
+"""A warm standby driver: ``python -m runners.engine.standby DIR --primary RUN_DIR``.
+
+Started by the local launcher next to a run (`runners.local_standby`). It waits until the run
+it shadows (RUN_DIR) has committed an epoch — so its JVM never competes with that run's own
+start — then builds the SparkSession, forks the Python workers with the engine's task modules
+imported (a warm-up job of one task per core), writes ``ready.json`` and waits. When the
+launcher adopts it for a new run it writes ``go.json`` (the run's engine arguments and
+environment) into the directory — by then renamed to the run's — and the driver goes on as
+`runners.engine.main` with the session it has. It exits 0 without running anything when the
+shadowed run ended cleanly (no more input) or its directory is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from runners.processes import process_alive, read_json, write_json
+
+#: seconds between looks at ``go.json`` (the adoption's latency) and at the shadowed run
+GO_POLL_S = 0.01
+PRIMARY_POLL_S = 0.25
+
+
+def primary_state(primary: Path) -> str:
+    """``committed`` (the run has committed an epoch), ``running``, ``failed`` (it ended
+    without a clean exit: a restart will want us) or ``done`` (exit 0, or its directory is
+    gone)."""
+    if not primary.is_dir():
+        return "done"
+    ended = read_json(primary / "exit.json")
+    if ended is not None:
+        return "done" if ended.get("returncode") == 0 else "failed"
+    pid = read_json(primary / "pid")
+    if pid is not None and not process_alive(int(pid["pid"]), pid.get("start_time")):
+        return "failed"
+    try:
+        with open(primary / "output.log", "rb") as log:
+            if b'"event": "committed"' in log.read():
+                return "committed"
+    except OSError:
+        pass
+    return "running"
+
+
+def _warm_task(_: Iterator[Any]) -> Iterator[int]:
+    import runners.engine.tasks  # noqa: F401 (pyarrow, numpy, the engine: once per worker)
+
+    yield os.getpid()
+
+
+def warm_up(spark: Any) -> list[int]:
+    """Fork the Python workers (one task per core) with the engine's task modules imported;
+    with worker reuse they stay up for the first epoch. Returns the workers' pids."""
+    from runners.engine.session import build_spark_session
+
+    # the adopted run's own build_spark_session finds this session; its first call on an
+    # existing session builds the lazy session state (about 0.4 s), so pay that here
+    build_spark_session(app_name="epochal-standby")
+    sc = spark.sparkContext
+    p = sc.defaultParallelism
+    pids: list[int] = []
+    for _ in range(2):  # the second round runs on warm workers and a warmer JVM path
+        pids = sc.parallelize(range(p), p).mapPartitions(_warm_task).collect()
+    return sorted(set(pids))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m runners.engine.standby")
+    parser.add_argument("directory", help="the standby's directory (renamed to the run's)")
+    parser.add_argument("--primary", required=True, help="the run directory it shadows")
+    args = parser.parse_args(argv)
+    directory_fd = os.open(args.directory, os.O_RDONLY | os.O_DIRECTORY)
+    primary = Path(args.primary)
+    while (state := primary_state(primary)) == "running":
+        time.sleep(PRIMARY_POLL_S)
+    if state == "done":
+        return 0
+    started = time.perf_counter()
+    from runners.engine.session import build_spark_session
+
+    spark = build_spark_session(app_name="epochal-standby")
+    session_s = time.perf_counter() - started
+    workers = warm_up(spark)
+    ready = {
+        "session_s": round(session_s, 3),
+        "warm_s": round(time.perf_counter() - started - session_s, 3),
+        "workers": workers,
+    }
+    write_json(Path("ready.json"), ready, dir_fd=directory_fd)
+    print(json.dumps({"event": "standby_ready", **ready}), flush=True)
+    checked = time.monotonic()
+    while (go := read_json(Path("go.json"), dir_fd=directory_fd)) is None:
+        time.sleep(GO_POLL_S)
+        if time.monotonic() - checked >= PRIMARY_POLL_S:
+            checked = time.monotonic()
+            if primary_state(primary) == "done":
+                spark.stop()
+                return 0
+    os.environ.update({str(k): str(v) for k, v in go.get("env", {}).items()})
+    from runners.engine import main as engine
+
+    return engine.main([str(a) for a in go["argv"]], standby=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
