@@ -128,11 +128,8 @@ class Plane:
         return None
 
     def close(self) -> None:
-        """SIGKILL every run's and standby's process group and the worker's (nothing may
-        outlive the part)."""
-        for run in [*self.runs(), *(self.var / "runs").glob(".standby/*")]:
-            with contextlib.suppress(OSError, ValueError, KeyError, ProcessLookupError):
-                os.killpg(json.loads((run / "pid").read_text())["pid"], signal.SIGKILL)
+        """Stop the worker (no reconciler may restart what follows), then SIGKILL every run's
+        and standby's process group (nothing may outlive the part)."""
         if self.worker is not None and self.worker.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.worker.pid, signal.SIGTERM)
@@ -142,6 +139,9 @@ class Plane:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.worker.pid, signal.SIGKILL)
                 self.worker.wait(timeout=20)
+        for run in [*self.runs(), *(self.var / "runs").glob(".standby/*")]:
+            with contextlib.suppress(OSError, ValueError, KeyError, ProcessLookupError):
+                os.killpg(json.loads((run / "pid").read_text())["pid"], signal.SIGKILL)
 
 
 def _set_paused(repo: Any, paused: bool) -> None:
@@ -251,10 +251,13 @@ def measure_recovery(work: Path, data: EpochSet, *, standby: bool = True) -> dic
             # -> its first commit: state restore and the interrupted epoch run again
             "first_epoch": round(t_commit - t_started, 3),
         },
-        # the restarted run's first commit, from its manifest: the restore stage, the epoch's
-        # Spark job, the driver's whole epoch before the commit
-        "recovery_first_epoch_detail_s": {
-            k: stats[k] for k in ("restore_s", "tasks_wall_s", "process_s") if k in stats
+        # the restarted run's first commit, from its manifest: the restore stage (and the
+        # bytes it read from the store, 0 when the machine's state cache had every key
+        # group), the epoch's Spark job, the driver's whole epoch before the commit
+        "recovery_first_epoch_detail": {
+            k: stats[k]
+            for k in ("restore_s", "restore_bytes", "tasks_wall_s", "process_s")
+            if k in stats
         },
         # inside the driver processes: loading the job and store, the SparkSession
         "recovery_startup_s": {
