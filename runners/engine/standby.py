@@ -3,7 +3,8 @@
 Started by the local launcher next to a run (`runners.local_standby`). It waits until the run
 it shadows (RUN_DIR) has committed an epoch — so its JVM never competes with that run's own
 start — then builds the SparkSession, forks the Python workers with the engine's task modules
-imported (a warm-up job of one task per core), writes ``ready.json`` and waits. When the
+imported (a warm-up job of one task per core), runs a few tiny synthetic epochs through the
+engine on a scratch store (`warm_epochs`), writes ``ready.json`` and waits. When the
 launcher adopts it for a new run it writes ``go.json`` (the run's engine arguments and
 environment) into the directory — by then renamed to the run's — and the driver goes on as
 `runners.engine.main` with the session it has. It exits 0 without running anything when the
@@ -16,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,7 +70,34 @@ def warm_up(spark: Any) -> list[int]:
     pids: list[int] = []
     for _ in range(2):  # the second round runs on warm workers and a warmer JVM path
         pids = sc.parallelize(range(p), p).mapPartitions(_warm_task).collect()
+    warm_epochs(spark, p)
     return sorted(set(pids))
+
+
+def warm_epochs(spark: Any, parallelism: int, epochs: int = 3) -> None:
+    """Run a few tiny epochs of a synthetic job through the engine's own path (routing,
+    restore stage, map and reduce tasks, chunk writes, manifest, CAS) on a scratch store, so
+    that the JVM's and the workers' first-epoch costs are paid here, not in the first epoch
+    of the run the standby takes over. Its chunks are content-addressed: the state cache may
+    keep a few kilobytes of them, which no other chain can mistake for its own."""
+    from runners.engine import aggregations as agg
+    from runners.engine.job import Job
+    from runners.engine.runner import EpochRunner
+    from runners.engine.sources import Generator
+    from snapshots_store import Repository
+
+    job = Job(
+        name="standby-warm-up",
+        source=Generator(keys=2_000, records_per_epoch=4_000, epochs=epochs),
+        key="key",
+        aggregate=[agg.count(), agg.sum("value"), agg.max("value")],
+        time_mode="logical",
+    )
+    with tempfile.TemporaryDirectory(prefix="epochal-standby-") as scratch:
+        repo = Repository.open(f"file://{scratch}/store", "warm-up")
+        runner = EpochRunner(spark, job, repo=repo, parallelism=parallelism)
+        runner.crash = None  # a test's crash point is for the run, not for this warm-up
+        runner.run(max_epochs=epochs)
 
 
 def main(argv: list[str] | None = None) -> int:
