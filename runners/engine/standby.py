@@ -8,7 +8,8 @@ engine on a scratch store (`warm_epochs`), writes ``ready.json`` and waits. When
 launcher adopts it for a new run it writes ``go.json`` (the run's engine arguments and
 environment) into the directory — by then renamed to the run's — and the driver goes on as
 `runners.engine.main` with the session it has. It exits 0 without running anything when the
-shadowed run ended cleanly (no more input) or its directory is gone.
+shadowed run ended cleanly (no more input) or its directory is gone, and after
+``--orphan-timeout`` seconds (default 900) of a failed run that nobody restarted.
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ from runners.processes import process_alive, read_json, write_json
 #: seconds between looks at ``go.json`` (the adoption's latency) and at the shadowed run
 GO_POLL_S = 0.01
 PRIMARY_POLL_S = 0.25
+#: a failed run nobody restarted in this long (the restart policy gave up, or its back-off is
+#: longer): the standby exits and frees its memory
+ORPHAN_TIMEOUT_S = 900.0
 
 
-def primary_state(primary: Path) -> str:
-    """``committed`` (the run has committed an epoch), ``running``, ``failed`` (it ended
-    without a clean exit: a restart will want us) or ``done`` (exit 0, or its directory is
-    gone)."""
+def primary_state(primary: Path, *, commits: bool = True) -> str:
+    """``committed`` (the run has committed an epoch; looked for only with `commits`: it
+    reads the run's log), ``running``, ``failed`` (it ended without a clean exit: a restart
+    will want us) or ``done`` (exit 0, or its directory is gone)."""
     if not primary.is_dir():
         return "done"
     ended = read_json(primary / "exit.json")
@@ -42,6 +46,8 @@ def primary_state(primary: Path) -> str:
     pid = read_json(primary / "pid")
     if pid is not None and not process_alive(int(pid["pid"]), pid.get("start_time")):
         return "failed"
+    if not commits:
+        return "running"
     try:
         with open(primary / "output.log", "rb") as log:
             if b'"event": "committed"' in log.read():
@@ -104,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m runners.engine.standby")
     parser.add_argument("directory", help="the standby's directory (renamed to the run's)")
     parser.add_argument("--primary", required=True, help="the run directory it shadows")
+    parser.add_argument(
+        "--orphan-timeout",
+        type=float,
+        default=ORPHAN_TIMEOUT_S,
+        help="exit when the shadowed run failed this many seconds ago and no run adopted it",
+    )
     args = parser.parse_args(argv)
     directory_fd = os.open(args.directory, os.O_RDONLY | os.O_DIRECTORY)
     primary = Path(args.primary)
@@ -125,13 +137,19 @@ def main(argv: list[str] | None = None) -> int:
     write_json(Path("ready.json"), ready, dir_fd=directory_fd)
     print(json.dumps({"event": "standby_ready", **ready}), flush=True)
     checked = time.monotonic()
+    failed_at: float | None = None
     while (go := read_json(Path("go.json"), dir_fd=directory_fd)) is None:
         time.sleep(GO_POLL_S)
-        if time.monotonic() - checked >= PRIMARY_POLL_S:
-            checked = time.monotonic()
-            if primary_state(primary) == "done":
-                spark.stop()
-                return 0
+        if time.monotonic() - checked < PRIMARY_POLL_S:
+            continue
+        checked = time.monotonic()
+        state = primary_state(primary, commits=False)
+        if state == "failed" and failed_at is None:
+            failed_at = checked
+        orphaned = failed_at is not None and checked - failed_at > args.orphan_timeout
+        if state == "done" or orphaned:  # nobody will adopt it
+            spark.stop()
+            return 0
     os.environ.update({str(k): str(v) for k, v in go.get("env", {}).items()})
     from runners.engine import main as engine
 
