@@ -99,8 +99,12 @@ class Standbys:
         if directory is None:
             raise FileNotFoundError(f"no ready standby for {spec.application}/{spec.branch}")
         os.rename(directory, run_dir)  # atomic: of two launchers, one adopts it
-        write_json(run_dir / "spec.json", spec.to_dict())
-        write_json(run_dir / GO, {"argv": list(argv), "env": {RUN_ID_ENV: spec.run_id}})
+        try:
+            write_json(run_dir / "spec.json", spec.to_dict())
+            write_json(run_dir / GO, {"argv": list(argv), "env": {RUN_ID_ENV: spec.run_id}})
+        except OSError:  # the run must not look started: kill it, the caller starts cold
+            self._kill(run_dir)
+            raise
         log.info("run %s: adopted the standby %s", spec.run_id, directory.name)
         return self._children.pop(directory, None)
 

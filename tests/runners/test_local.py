@@ -16,7 +16,7 @@ import pytest
 from runners.job_spec import Resources
 from runners.launcher import STOP_KEY, RunHandle, RunNotFoundError, RunPhase, RunStatus
 from runners.local import LocalLauncher, group_members
-from runners.local_standby import standby_key
+from runners.local_standby import Standbys, standby_key
 from snapshots_store import Repository
 from tests.store.conftest import AtomicMotoServer, _free_port
 
@@ -331,3 +331,48 @@ def test_a_standby_serves_only_the_same_spec(make_spec) -> None:  # type: ignore
         ),
     ):
         assert standby_key(other) != standby_key(spec)
+
+
+def _fake_standby(root: Path, spec, *, alive: bool = True) -> tuple[Path, int]:  # type: ignore[no-untyped-def]
+    """A standby directory as Standbys.launch leaves it, its process a `sleep` group."""
+    import subprocess
+
+    from runners.processes import process_start_time, write_json
+
+    directory = root / ".standby" / f"{standby_key(spec)}-{os.urandom(4).hex()}"
+    directory.mkdir(parents=True)
+    child = subprocess.Popen(["sleep", "60" if alive else "0"], start_new_session=True)
+    if not alive:
+        child.wait()
+    write_json(directory / "pid", {"pid": child.pid, "start_time": process_start_time(child.pid)})
+    info = {"key": standby_key(spec), "application": spec.application, "branch": spec.branch}
+    write_json(directory / "standby.json", info)
+    return directory, child.pid
+
+
+def test_discard_kills_the_job_s_standbys_for_other_specs_and_prunes_dead_ones(  # type: ignore[no-untyped-def]
+    make_spec, tmp_path
+) -> None:
+    runs = tmp_path / "runs"
+    standbys = Standbys(runs)
+    at_p2 = make_spec(job="endless-job", resources=Resources(standby=True))
+    at_p3 = make_spec(job="endless-job", resources=Resources(standby=True), parallelism=3)
+    other_job = make_spec(job="endless-job", branch="other", resources=Resources(standby=True))
+    kept, kept_pid = _fake_standby(runs, at_p2)
+    stale, stale_pid = _fake_standby(runs, at_p3)
+    foreign, foreign_pid = _fake_standby(runs, other_job)
+    dead, _ = _fake_standby(runs, other_job, alive=False)
+    try:
+        assert standbys.ready(at_p2) is None  # alive, but not warm (no ready.json)
+        (kept / "ready.json").write_text("{}")
+        assert standbys.ready(at_p2) == kept and standbys.ready(at_p3) is None
+        assert standbys.discard(at_p2.application, "main", keep=at_p2) == 1
+        assert kept.exists() and not group_alive(stale_pid) and not stale.exists()
+        assert foreign.exists() and group_alive(foreign_pid)  # another job's standby stays
+        assert not dead.exists()  # a dead standby of any job is pruned
+        assert standbys.discard(at_p2.application, "main") == 1  # stop: none kept
+        assert not kept.exists() and not group_alive(kept_pid)
+    finally:
+        for pid in (kept_pid, stale_pid, foreign_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, 9)
