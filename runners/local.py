@@ -5,7 +5,9 @@ start time of the run's supervisor), `output.log`, `exit.json` and `stop.json`. 
 supervisor (`python -m runners.local supervise …`) leads a new session, runs the job as its
 child and records the exit status, so any process — not only the one that started the
 run — can tell how a run ended. Stopping signals the whole group, so no Spark JVM or Python
-worker outlives its run.
+worker outlives its run. A job whose spec sets `resources.standby` also gets a warm standby
+driver that a later start of the same spec adopts (`runners.local_standby`,
+docs/launchers.md).
 """
 
 from __future__ import annotations
@@ -34,7 +36,13 @@ from runners.launcher import (
     request_stop,
 )
 from runners.local_standby import Standbys
-from runners.processes import group_members, process_start_time, read_json, write_json
+from runners.processes import (
+    group_members,
+    process_alive,
+    process_start_time,
+    read_json,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
@@ -117,10 +125,7 @@ class LocalLauncher:
         if child is not None and child.poll() is not None:
             self._children.pop(run_id, None)
         pid = self._pid(run_dir)
-        if pid is None:
-            return False
-        started = process_start_time(pid[0])
-        return started is not None and (pid[1] is None or started == pid[1])
+        return pid is not None and process_alive(*pid)
 
     def _signal_group(self, run_dir: Path, signum: signal.Signals) -> None:
         pid = self._pid(run_dir)
