@@ -2,17 +2,22 @@
 
 A whole control plane runs in child processes on the embedded defaults (SQLite, the filesystem
 broker, the local launcher, the default beat intervals): ``manage.py migrate`` and
-``register``, a Celery worker with beat (the reconciler), ``manage.py start``. Once the job
-has committed three epochs and a third of the fourth epoch has passed, the run's process
-group (driver, JVM, Python workers) is SIGKILLed; nothing else is done. The reconciler notices
-the dead run and requests a start operation, which launches a new run from the branch head.
-The job is ``bench-recovery`` (`bench.engine.recovery_job`, an ``epochal.jobs`` entry point).
+``register``, a Celery worker with beat (the reconciler), ``manage.py start``. The version's
+resources set ``standby`` (default): the local launcher keeps a warm standby driver, and the
+job is paused after its first commit until the standby is warm (so it never competes with a
+measured epoch). Once the job has committed three more epochs and a third of the next epoch
+has passed, the run's process group (driver, JVM, Python workers) is SIGKILLed; nothing else
+is done. The reconciler notices the dead run and requests a start operation, which launches a
+new run from the branch head — adopting the standby. Without ``standby`` there is no pause and
+the restart starts a driver cold. The job is ``bench-recovery`` (`bench.engine.recovery_job`,
+an ``epochal.jobs`` entry point).
 
 Timed from the kill: ``relaunch`` (until the new run's directory exists: detection, the
 restart request, the start operation up to the launcher), ``session`` (until the new driver
-prints ``started``: interpreter, imports, JVM), ``first_epoch`` (until its first commit: state
-restore and the interrupted epoch again). ``recovery_ratio`` = recovery ÷ (the first run's own
-launch-to-``started`` time + twice its median epoch), all measured in the same run.
+prints ``started``: interpreter, imports, JVM; an adopted standby has them), ``first_epoch``
+(until its first commit: state restore and the interrupted epoch again). ``recovery_ratio`` =
+recovery ÷ (the first run's own launch-to-``started`` time, a cold start, + twice the median of
+the epochs before the kill), all measured in the same run.
 """
 
 from __future__ import annotations
