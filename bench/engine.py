@@ -123,6 +123,9 @@ class Sizes:
     live_keys: int
     live_records: int
     live_epochs: int
+    #: the recovery part's epochs (of live_records over live_keys): the first run's epochs
+    #: before the pause, 3 steady ones, the one killed, the restarted run's
+    recovery_epochs: int
 
 
 DEFAULT_SIZES = Sizes(  # the whole run fits in 20 minutes on 2 quiet cores (part_wall_s)
@@ -144,6 +147,7 @@ DEFAULT_SIZES = Sizes(  # the whole run fits in 20 minutes on 2 quiet cores (par
     live_keys=200_000,
     live_records=200_000,
     live_epochs=12,
+    recovery_epochs=12,
 )
 QUICK_SIZES = Sizes(
     keys=2_000,
@@ -164,6 +168,7 @@ QUICK_SIZES = Sizes(
     live_keys=500,
     live_records=500,
     live_epochs=6,
+    recovery_epochs=10,
 )
 
 
@@ -599,9 +604,10 @@ class Bench:
         plane restarted it, ÷ (the job's own session start + 2 steady epochs)."""
         s = self.sizes
         data = self.dataset(
-            "live", keys=s.live_keys, records=s.live_records, epochs=s.live_epochs, seed=5
+            "recovery", keys=s.live_keys, records=s.live_records, epochs=s.recovery_epochs, seed=5
         )
-        figures = engine_recovery.measure_recovery(self.work, data)
+        standby = self.size_overrides.get("recovery_standby")
+        figures = engine_recovery.measure_recovery(self.work, data, standby=standby != 0)
         log(f"recovery: {figures}")
         if not figures["recovery_kill_mid_epoch"]:
             self.problems.append("recovery: the kill did not land inside an epoch")
@@ -937,6 +943,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if variants - set(VARIANTS) or not variants:
         p.error(f"--variants: unknown {sorted(variants - set(VARIANTS))}")
     args.variants = [x for x in VARIANTS if x in variants]
+    if args.recovery_standby not in (None, 0, 1):
+        p.error(f"--recovery-standby must be 0 or 1, got {args.recovery_standby}")
     return args
 
 
@@ -947,6 +955,8 @@ PART_SIZE_FLAGS = {
     "large-records": "large_state part: records of each epoch after the first (1,000,000)",
     "large-epochs": "large_state part: epochs (default 3)",
     "large-max-parallelism": "large_state part: key groups M (default 32,768)",
+    "recovery-standby": "recovery part: 1 = the job keeps a warm standby driver (default), "
+    "0 = the restart starts a driver cold",
 }
 
 

@@ -2,17 +2,22 @@
 
 A whole control plane runs in child processes on the embedded defaults (SQLite, the filesystem
 broker, the local launcher, the default beat intervals): ``manage.py migrate`` and
-``register``, a Celery worker with beat (the reconciler), ``manage.py start``. Once the job
-has committed three epochs and a third of the fourth epoch has passed, the run's process
-group (driver, JVM, Python workers) is SIGKILLed; nothing else is done. The reconciler notices
-the dead run and requests a start operation, which launches a new run from the branch head.
-The job is ``bench-recovery`` (`bench.engine.recovery_job`, an ``epochal.jobs`` entry point).
+``register``, a Celery worker with beat (the reconciler), ``manage.py start``. The version's
+resources set ``standby`` (default): the local launcher keeps a warm standby driver, and the
+job is paused after its first commit until the standby is warm (so it never competes with a
+measured epoch). Once the job has committed three more epochs and a third of the next epoch
+has passed, the run's process group (driver, JVM, Python workers) is SIGKILLed; nothing else
+is done. The reconciler notices the dead run and requests a start operation, which launches a
+new run from the branch head — adopting the standby. Without ``standby`` there is no pause and
+the restart starts a driver cold. The job is ``bench-recovery`` (`bench.engine.recovery_job`,
+an ``epochal.jobs`` entry point).
 
 Timed from the kill: ``relaunch`` (until the new run's directory exists: detection, the
 restart request, the start operation up to the launcher), ``session`` (until the new driver
-prints ``started``: interpreter, imports, JVM), ``first_epoch`` (until its first commit: state
-restore and the interrupted epoch again). ``recovery_ratio`` = recovery ÷ (the first run's own
-launch-to-``started`` time + twice its median epoch), all measured in the same run.
+prints ``started``: interpreter, imports, JVM; an adopted standby has them), ``first_epoch``
+(until its first commit: state restore and the interrupted epoch again). ``recovery_ratio`` =
+recovery ÷ (the first run's own launch-to-``started`` time, a cold start, + twice the median of
+the epochs before the kill), all measured in the same run.
 """
 
 from __future__ import annotations
@@ -119,11 +124,17 @@ class Plane:
         made = [d for d in root.iterdir() if (d / "spec.json").exists()]
         return sorted(made, key=lambda d: (d / "spec.json").stat().st_mtime)
 
+    def standby_ready(self) -> dict[str, Any] | None:
+        """The ready standby's report (session and warm-up seconds), None while there is none."""
+        for ready in (self.var / "runs" / ".standby").glob("*/ready.json"):
+            with contextlib.suppress(OSError, ValueError):
+                report: dict[str, Any] = json.loads(ready.read_text())
+                return report
+        return None
+
     def close(self) -> None:
-        """SIGKILL every run's process group and the worker's (nothing may outlive the part)."""
-        for run in self.runs():
-            with contextlib.suppress(OSError, ValueError, KeyError, ProcessLookupError):
-                os.killpg(json.loads((run / "pid").read_text())["pid"], signal.SIGKILL)
+        """Stop the worker (no reconciler may restart what follows), then SIGKILL every run's
+        and standby's process group (nothing may outlive the part)."""
         if self.worker is not None and self.worker.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.worker.pid, signal.SIGTERM)
@@ -133,22 +144,40 @@ class Plane:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(self.worker.pid, signal.SIGKILL)
                 self.worker.wait(timeout=20)
+        for run in [*self.runs(), *(self.var / "runs").glob(".standby/*")]:
+            with contextlib.suppress(OSError, ValueError, KeyError, ProcessLookupError):
+                os.killpg(json.loads((run / "pid").read_text())["pid"], signal.SIGKILL)
 
 
-def measure_recovery(work: Path, data: EpochSet) -> dict[str, Any]:
-    """Run the control plane, kill the job's driver mid-epoch, time its restart."""
+def _set_paused(repo: Any, paused: bool) -> None:
+    for _ in range(20):  # the running job writes no control document; the CAS rarely loses
+        doc, version = repo.read_control("main")
+        with contextlib.suppress(Exception):
+            repo.write_control("main", {**doc, "paused": paused}, version)
+            return
+    raise RuntimeError("recovery: could not write the control document")
+
+
+def measure_recovery(work: Path, data: EpochSet, *, standby: bool = True) -> dict[str, Any]:
+    """Run the control plane, kill the job's driver mid-epoch, time its restart.
+
+    With `standby` the job's version sets ``resources.standby``: the local launcher keeps a
+    warm standby driver (runners/local_standby.py). It starts once the run has committed its
+    first epoch; the job is paused meanwhile, so the steady epochs are measured (and the kill
+    lands) with the standby idle and ready, and it never competes with the measured ones."""
     from snapshots_store import Repository
 
     var = (work / "recovery-plane").resolve()
     var.mkdir(parents=True, exist_ok=True)
     plane = Plane(var)
+    resources: dict[str, Any] = {"driver_memory_mb": 4096, "standby": standby}
     try:
         t0 = time.perf_counter()
         plane.manage("migrate", "--noinput", "-v", "0")
         plane.manage(
             "register", APPLICATION, "--job", "bench-recovery", "--job-name", JOB,
             "--job-args", json.dumps({"directory": str(data.directory)}),
-            "--config", json.dumps({"resources": {"driver_memory_mb": 4096}}),
+            "--config", json.dumps({"resources": resources}),
         )  # fmt: skip
         plane.start_worker()
         log(f"recovery: control plane up in {time.perf_counter() - t0:.1f} s")
@@ -168,45 +197,79 @@ def measure_recovery(work: Path, data: EpochSet) -> dict[str, Any]:
         _wait("the first run's started event", lambda: _started(first_log))
         session_s = time.perf_counter() - t_first
         starter.wait(timeout=600)
-        _wait(f"{KILL_AFTER_COMMITS} commits", lambda: head_epoch() >= KILL_AFTER_COMMITS)
+        after = 0
+        standby_ready: dict[str, Any] | None = None
+        if standby:
+            _wait("the first commit", lambda: head_epoch() >= 1)
+            _set_paused(repo, True)
+            standby_ready = _wait("the standby", plane.standby_ready, 300)
+            after = head_epoch()
+            _set_paused(repo, False)
+        kill_after = after + KILL_AFTER_COMMITS
+        _wait(f"{KILL_AFTER_COMMITS} commits", lambda: head_epoch() >= kill_after)
 
         def epoch_started() -> bool:
-            starts = sum(e.get("event") == "epoch_start" for e in events(first_log))
-            return starts > KILL_AFTER_COMMITS
+            found = events(first_log)
+            starts = sum(e.get("event") == "epoch_start" for e in found)
+            return starts > sum(e.get("event") == "committed" for e in found)
 
         _wait("the next epoch to start", epoch_started)
         committed = [e for e in events(first_log) if e.get("event") == "committed"]
-        epoch_s = statistics.median(float(e["duration_s"]) for e in committed[1:])
+        steady = [e for e in committed if int(e["epoch"]) > max(after, 1)]
+        epoch_s = statistics.median(float(e["duration_s"]) for e in steady)
         time.sleep(epoch_s / 3)
         pid = json.loads((first / "pid").read_text())["pid"]
         at_kill = head_epoch()
         os.killpg(pid, signal.SIGKILL)  # the driver dies (OOM, node lost …)
         t_kill = time.perf_counter()
-        mid_epoch = at_kill == KILL_AFTER_COMMITS
+        mid_epoch = at_kill == kill_after
         second = _wait("the restart's run", lambda: next(iter(plane.runs()[1:]), None))
         t_launch = time.perf_counter()
-        _wait("the restart's started event", lambda: _started(second / "output.log"))
+        second_log = second / "output.log"
+        _wait("the restart's started event", lambda: _started(second_log))
         t_started = time.perf_counter()
         _wait("the first commit after the restart", lambda: head_epoch() > at_kill, 900)
         t_commit = time.perf_counter()
+        restarted = next(e for e in events(second_log) if e.get("event") == "started")
+        head = repo.read_ref("heads/main")
+        stats = {} if head is None else repo.read_manifest(head.target).stats
     finally:
         plane.close()
     recovery_s = t_commit - t_kill
     baseline = session_s + 2 * epoch_s
+    first_started = next(e for e in events(first_log) if e.get("event") == "started")
     return {
         "recovery_s": round(recovery_s, 3),
         "recovery_session_start_s": round(session_s, 3),
         "recovery_epoch_s": round(epoch_s, 3),
         "recovery_kill_mid_epoch": mid_epoch,
         "recovery_ratio": round(recovery_s / baseline, 3) if baseline > 0 else None,
+        # the job's resources.standby, and whether the restart took the standby over
+        "recovery_standby": standby,
+        "recovery_standby_adopted": bool(restarted.get("standby")),
         "recovery_breakdown_s": {
             # kill -> the new run's directory: detection, restart request, start operation
             "relaunch": round(t_launch - t_kill, 3),
-            # -> the new driver's `started`: interpreter, imports, JVM, SparkSession
+            # -> the new driver's `started`: interpreter, imports, JVM, SparkSession (a
+            # standby has them already: loading the job and the store only)
             "session": round(t_started - t_launch, 3),
             # -> its first commit: state restore and the interrupted epoch run again
             "first_epoch": round(t_commit - t_started, 3),
         },
+        # the restarted run's first commit, from its manifest: the restore stage (and the
+        # bytes it read from the store, 0 when the machine's state cache had every key
+        # group), the epoch's Spark job, the driver's whole epoch before the commit
+        "recovery_first_epoch_detail": {
+            k: stats[k]
+            for k in ("restore_s", "restore_bytes", "tasks_wall_s", "process_s")
+            if k in stats
+        },
+        # inside the driver processes: loading the job and store, the SparkSession
+        "recovery_startup_s": {
+            "first": {k: first_started.get(k) for k in ("load_s", "session_s")},
+            "restart": {k: restarted.get(k) for k in ("load_s", "session_s")},
+        },
+        "recovery_standby_warm_s": standby_ready,
     }
 
 

@@ -45,13 +45,16 @@ def memory_with_overhead_mb(memory_mb: int) -> int:
 
 @dataclass(frozen=True, kw_only=True)
 class Resources:
-    """Driver and executor sizes. `executors=None` derives the count from the parallelism."""
+    """Driver and executor sizes. `executors=None` derives the count from the parallelism.
+    `standby` keeps a second, warm driver ready to take over from a failed run (the local
+    launcher; docs/launchers.md)."""
 
     driver_cores: int = 1
     driver_memory_mb: int = 1024
     executor_cores: int = 1
     executor_memory_mb: int = 2048
     executors: int | None = None
+    standby: bool = False
 
     def __post_init__(self) -> None:
         for name in ("driver_cores", "driver_memory_mb", "executor_cores", "executor_memory_mb"):
@@ -66,6 +69,8 @@ class Resources:
             raise JobSpecError(
                 f"resources.executors must be a positive integer or None, got {self.executors!r}"
             )
+        if not isinstance(self.standby, bool):
+            raise JobSpecError(f"resources.standby must be true or false, got {self.standby!r}")
 
     def executor_count(self, parallelism: int) -> int:
         """Executors needed so that every one of `parallelism` tasks has a core."""

@@ -5,13 +5,14 @@ start time of the run's supervisor), `output.log`, `exit.json` and `stop.json`. 
 supervisor (`python -m runners.local supervise …`) leads a new session, runs the job as its
 child and records the exit status, so any process — not only the one that started the
 run — can tell how a run ended. Stopping signals the whole group, so no Spark JVM or Python
-worker outlives its run.
+worker outlives its run. A job whose spec sets `resources.standby` also gets a warm standby
+driver that a later start of the same spec adopts (`runners.local_standby`,
+docs/launchers.md).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -21,7 +22,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from runners.job_spec import ENGINE_MODULE, JobSpec
 from runners.launcher import (
@@ -34,53 +35,19 @@ from runners.launcher import (
     pyspark_submit_args,
     request_stop,
 )
+from runners.local_standby import Standbys
+from runners.processes import (
+    group_members,
+    process_alive,
+    process_start_time,
+    read_json,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
 
 PROJECT_ROOT: Final = Path(__file__).resolve().parent.parent
 _POLL_S: Final = 0.05
-
-
-def _process_start_time(pid: int) -> str | None:
-    """Start time of `pid` in clock ticks since boot (None when gone or a zombie)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] in {"Z", "X"}:
-        return None
-    return fields[19]
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of process group `pgid` (Linux /proc)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] not in {"Z", "X"} and int(fields[2]) == pgid:
-            members.append(int(entry.name))
-    return members
-
-
-def _write_json(path: Path, data: Mapping[str, Any]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _describe_exit(returncode: int) -> str:
@@ -128,6 +95,7 @@ class LocalLauncher:
         self.kill_grace_s = kill_grace_s
         self.env = dict(env or {})
         self._children: dict[str, subprocess.Popen[bytes]] = {}
+        self.standbys = Standbys(self.runs_dir)
 
     @classmethod
     def from_env(cls) -> LocalLauncher:
@@ -147,7 +115,7 @@ class LocalLauncher:
         return run_dir
 
     def _pid(self, run_dir: Path) -> tuple[int, str | None] | None:
-        data = _read_json(run_dir / "pid")
+        data = read_json(run_dir / "pid")
         if data is None:
             return None
         return int(data["pid"]), data.get("start_time")
@@ -157,10 +125,7 @@ class LocalLauncher:
         if child is not None and child.poll() is not None:
             self._children.pop(run_id, None)
         pid = self._pid(run_dir)
-        if pid is None:
-            return False
-        started = _process_start_time(pid[0])
-        return started is not None and (pid[1] is None or started == pid[1])
+        return pid is not None and process_alive(*pid)
 
     def _signal_group(self, run_dir: Path, signum: signal.Signals) -> None:
         pid = self._pid(run_dir)
@@ -207,11 +172,24 @@ class LocalLauncher:
         self.runs_dir.mkdir(parents=True, exist_ok=True)
         run_dir = self.runs_dir / spec.run_id
         handle = RunHandle.for_spec(spec, runner=self.name, location=str(run_dir))
+        if run_dir.exists():
+            return handle  # this spec was started before: same run
+        if self._standby(spec):
+            self.standbys.discard(spec.application, spec.branch, keep=spec)
+            try:
+                adopted = self.standbys.adopt(spec, run_dir, spec.engine_arguments())
+            except OSError:  # none ready (or another launcher took it): a cold start
+                pass
+            else:
+                if adopted is not None:
+                    self._children[spec.run_id] = adopted
+                self._launch_standby(spec, run_dir)
+                return handle
         try:
             run_dir.mkdir()
         except FileExistsError:
             return handle  # this spec was started before: same run
-        _write_json(run_dir / "spec.json", spec.to_dict())
+        write_json(run_dir / "spec.json", spec.to_dict())
         argv = [
             self.python,
             "-m",
@@ -232,20 +210,33 @@ class LocalLauncher:
                 start_new_session=True,
             )
         self._children[spec.run_id] = child
-        _write_json(
-            run_dir / "pid", {"pid": child.pid, "start_time": _process_start_time(child.pid)}
-        )
+        write_json(run_dir / "pid", {"pid": child.pid, "start_time": process_start_time(child.pid)})
         log.info("started run %s (pid %d) in %s", spec.run_id, child.pid, run_dir)
+        if self._standby(spec):
+            self._launch_standby(spec, run_dir)
         return handle
+
+    def _standby(self, spec: JobSpec) -> bool:
+        """Whether runs of `spec` get a warm standby (the engine's own entry point only)."""
+        return spec.resources.standby and self.entry_module == ENGINE_MODULE
+
+    def _launch_standby(self, spec: JobSpec, run_dir: Path) -> None:
+        """A warm standby for the next run of `spec` (local_standby.py); best effort."""
+        try:
+            self.standbys.launch(
+                spec, run_dir, python=self.python, env=self.environment(spec), cwd=PROJECT_ROOT
+            )
+        except OSError as exc:
+            log.warning("run %s: no standby (%s)", spec.run_id, exc)
 
     def status(self, handle: RunHandle) -> RunStatus:
         run_dir = self._run_dir(handle)
-        exit_info = _read_json(run_dir / "exit.json")
+        exit_info = read_json(run_dir / "exit.json")
         if exit_info is None and self._alive(run_dir, handle.run_id):
             return RunStatus(phase=RunPhase.RUNNING)
         if exit_info is None:
-            exit_info = _read_json(run_dir / "exit.json")  # written just before the exit
-        stop = _read_json(run_dir / "stop.json") or {}
+            exit_info = read_json(run_dir / "exit.json")  # written just before the exit
+        stop = read_json(run_dir / "stop.json") or {}
         if exit_info is None:
             if self._pid(run_dir) is None:
                 return RunStatus(phase=RunPhase.PENDING, reason="starting")
@@ -267,18 +258,21 @@ class LocalLauncher:
 
     def stop(self, handle: RunHandle, deadline_s: float) -> RunStatus:
         run_dir = self._run_dir(handle)
+        spec = read_json(run_dir / "spec.json")
+        if spec is not None:  # a stopped job needs no standby (a restart launches a new one)
+            self.standbys.discard(str(spec["application"]), str(spec["branch"]))
         if not self._alive(run_dir, handle.run_id):
             self._reap_group(run_dir)
             return self.status(handle)
         stop = {"requested_at": time.time(), "deadline_s": deadline_s}
-        _write_json(run_dir / "stop.json", stop)
+        write_json(run_dir / "stop.json", stop)
         try:
             request_stop(handle, reason=f"stop with a {deadline_s:g} s deadline")
         except Exception as exc:  # the store may be down: fall through to signals
             log.warning("run %s: could not write the stop request (%s)", handle.run_id, exc)
         if not self._wait(run_dir, handle.run_id, deadline_s):
             for signum in (signal.SIGTERM, signal.SIGKILL):
-                _write_json(run_dir / "stop.json", {**stop, "forced": signum.name})
+                write_json(run_dir / "stop.json", {**stop, "forced": signum.name})
                 log.warning(
                     "run %s: still running at the deadline, sending %s", handle.run_id, signum.name
                 )
@@ -338,11 +332,14 @@ def _supervise(run_dir: Path, argv: Sequence[str]) -> int:
     # supervisor stays to record the job's exit status.
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, lambda *_: None)
+    # The directory stays open: a standby's directory becomes a run's by a rename (standby.py)
+    # and the exit status must land where the directory is by then.
+    dir_fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY)
     try:
         child = subprocess.Popen(list(argv))
     except OSError as exc:
         print(f"epochal: cannot start {argv[0]}: {exc}", file=sys.stderr, flush=True)
-        _write_json(run_dir / "exit.json", {"returncode": 127})
+        write_json(Path("exit.json"), {"returncode": 127}, dir_fd=dir_fd)
         return 127
     while True:
         try:
@@ -350,7 +347,7 @@ def _supervise(run_dir: Path, argv: Sequence[str]) -> int:
             break
         except InterruptedError:
             continue
-    _write_json(run_dir / "exit.json", {"returncode": returncode})
+    write_json(Path("exit.json"), {"returncode": returncode}, dir_fd=dir_fd)
     return 0
 
 

@@ -23,6 +23,7 @@ import contextlib
 import json
 import signal
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
@@ -59,7 +60,10 @@ def load_job(name: str, job_args: Mapping[str, Any] | None = None) -> Job:
     return job
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
+    """Run the job; `standby` says a warm standby driver took this run over (its session was
+    up before the run started: runners/engine/standby.py)."""
+    began = time.perf_counter()
     parser = argparse.ArgumentParser(prog="python -m runners.engine.main")
     parser.add_argument(
         "--job", required=True, help="name of a job registered in entry-point group epochal.jobs"
@@ -107,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--job-args must be a JSON object")
     job = load_job(args.job, job_args)
     repo = Repository.open(args.store, args.namespace)
+    loaded = time.perf_counter()
     spark = build_spark_session(master=args.master, app_name=f"epochal-{job.name}")
+    session_s = time.perf_counter() - loaded
     runner = EpochRunner(
         spark,
         job,
@@ -120,7 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     if signalled:  # a signal arrived while Spark started
         runner.interrupt(signalled[0])
-    print(json.dumps({"event": "started", "branch": args.branch}), flush=True)
+    started = {
+        "event": "started",
+        "branch": args.branch,
+        "standby": standby,
+        # seconds in this process: loading the job and the store, then the SparkSession
+        "load_s": round(loaded - began, 3),
+        "session_s": round(session_s, 3),
+    }
+    print(json.dumps(started), flush=True)
     count = 0
     announced = 0
     reason = f"max epochs {args.max_epochs}"

@@ -159,7 +159,8 @@ def test_bench_engine_quick_restore_and_large_state(tmp_path: Path) -> None:
 
 def test_bench_engine_recovery_restarts_through_the_control_plane(tmp_path: Path) -> None:
     """The recovery part: a control plane (SQLite, filesystem broker, Celery worker with the
-    reconciler) restarts the job whose run was SIGKILLed mid-epoch, from its branch head."""
+    reconciler) restarts the job whose run was SIGKILLed mid-epoch, from its branch head, and
+    the launch adopts the job's warm standby driver (resources.standby)."""
     require_service("Java", shutil.which("java") is not None, "install OpenJDK 17")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
@@ -181,10 +182,15 @@ def test_bench_engine_recovery_restarts_through_the_control_plane(tmp_path: Path
     assert report["recovery_s"] == pytest.approx(sum(breakdown.values()), abs=0.1)
     assert 0 < breakdown["relaunch"] < 10  # the watch noticed the dead run within seconds
     assert report["recovery_ratio"] > 0 and report["recovery_session_start_s"] > 0
-    runs = sorted((work / "recovery-plane" / "runs").iterdir(), key=lambda d: d.stat().st_mtime)
+    assert report["recovery_standby"] is True and report["recovery_standby_adopted"] is True
+    assert report["recovery_startup_s"]["restart"]["session_s"] < 5  # the standby's session
+    runs_dir = work / "recovery-plane" / "runs"
+    runs = sorted(runs_dir.glob("*/spec.json"), key=lambda f: f.stat().st_mtime)
     assert len(runs) == 2  # the killed run and the one the reconciler's start launched
+    # the restarted run is the standby's directory, renamed: it warmed up before it started
+    assert '"event": "standby_ready"' in (runs[1].parent / "output.log").read_text()
     worker_log = (work / "recovery-plane" / "worker.log").read_text()
     assert "'restarts_requested': 1" in worker_log  # by the reconciler's watch
-    for run in runs:  # nothing outlived the part
-        pid = json.loads((run / "pid").read_text())["pid"]
+    for pid_file in [*runs_dir.glob("*/pid"), *runs_dir.glob(".standby/*/pid")]:
+        pid = json.loads(pid_file.read_text())["pid"]  # nothing outlived the part
         assert not group_members(pid)

@@ -13,3 +13,12 @@ job = Job(
     aggregate=[agg.count(), agg.sum("value")],
     time_mode="logical",
 )
+
+#: an endless stream for the standby test (paused and stopped through the control document)
+endless = Job(
+    name="launcher-endless",
+    source=Generator(keys=20, records_per_epoch=200, epochs=None, rows_per_split=200),
+    key="key",
+    aggregate=[agg.count(), agg.sum("value")],
+    time_mode="logical",
+)

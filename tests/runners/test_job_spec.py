@@ -65,6 +65,8 @@ def test_executor_count_follows_parallelism_unless_fixed() -> None:
     with pytest.raises(JobSpecError, match="executor_cores"):
         Resources(executor_cores=0)
     assert memory_with_overhead_mb(1024) == 1024 + 384
+    with pytest.raises(JobSpecError, match=r"resources\.standby must be true or false"):
+        Resources(standby="yes")  # type: ignore[arg-type]
     assert memory_with_overhead_mb(8192) == 8192 + 820
 
 

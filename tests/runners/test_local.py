@@ -13,8 +13,10 @@ from pathlib import Path
 import boto3
 import pytest
 
+from runners.job_spec import Resources
 from runners.launcher import STOP_KEY, RunHandle, RunNotFoundError, RunPhase, RunStatus
 from runners.local import LocalLauncher, group_members
+from runners.local_standby import Standbys, standby_key
 from snapshots_store import Repository
 from tests.store.conftest import AtomicMotoServer, _free_port
 
@@ -231,3 +233,146 @@ def test_a_store_s_credential_variables_reach_the_job_as_its_only_credentials(  
         assert "NoCredentialsError" in output or "credentials" in output.lower(), output
     finally:
         launcher.cleanup(handle)
+
+
+def _set_control(store_url: str, **changes: object) -> None:
+    repo = Repository.open(store_url, "orders")
+    doc, version = repo.read_control("main")
+    repo.write_control("main", {**doc, **changes}, version)
+
+
+def _head_epoch(store_url: str) -> int:
+    repo = Repository.open(store_url, "orders")
+    head = repo.read_ref("heads/main")
+    return 0 if head is None else repo.read_manifest(head.target).epoch
+
+
+def _standby_dirs(runs_dir: Path) -> list[Path]:
+    return sorted(d for d in (runs_dir / ".standby").glob("*") if (d / "standby.json").exists())
+
+
+def _wait_for(what: str, condition, timeout_s: float = 150):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.spark
+def test_a_warm_standby_takes_over_a_killed_run(make_spec, store_url, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """resources.standby: after the run's first commit a standby driver warms up; when the run
+    is SIGKILLed, starting the same spec again adopts the standby (no new JVM), which resumes
+    from the head, and gets a standby of its own; stopping the job kills the standbys."""
+    runs_dir = tmp_path / "runs"
+    launcher = LocalLauncher(runs_dir=runs_dir, kill_grace_s=2.0)
+    standby = Resources(standby=True)
+    first = make_spec(job="endless-job", parallelism=1, resources=standby)
+    handle = launcher.start(first)
+    second_handle = None
+    try:
+        wait_for_log(launcher, handle, '"event": "committed"', timeout_s=150)
+        _set_control(store_url, paused=True)  # the epochs wait while the standby warms up
+        ready = _wait_for(
+            "a ready standby",
+            lambda: [d for d in _standby_dirs(runs_dir) if (d / "ready.json").exists()],
+        )
+        assert len(ready) == 1
+        standby_pid = json.loads((ready[0] / "pid").read_text())["pid"]
+        run_pid = json.loads((Path(handle.location) / "pid").read_text())["pid"]
+        at_kill = _head_epoch(store_url)
+        os.killpg(run_pid, 9)  # the driver's whole group dies; the standby is another group
+        _wait_for("the run's group to die", lambda: not group_alive(run_pid))
+        assert launcher.status(handle).phase is RunPhase.FAILED
+        assert group_alive(standby_pid)
+
+        second = make_spec(job="endless-job", parallelism=1, resources=standby)
+        second_handle = launcher.start(second)
+        run_dir = Path(second_handle.location)
+        assert json.loads((run_dir / "pid").read_text())["pid"] == standby_pid  # adopted
+        assert not ready[0].exists()  # the standby's directory became the run's
+        output = wait_for_log(launcher, second_handle, '"event": "started"', timeout_s=30)
+        started = next(json.loads(x) for x in output.splitlines() if '"event": "started"' in x)
+        assert started["standby"] is True and started["session_s"] < 5
+        _set_control(store_url, paused=False)
+        _wait_for("a commit by the adopted run", lambda: _head_epoch(store_url) > at_kill)
+        assert launcher.status(second_handle).phase is RunPhase.RUNNING
+        # the adopted run has a standby of its own (it warms up after the run's first commit)
+        _wait_for("the next standby", lambda: _standby_dirs(runs_dir))
+        next_standby = _standby_dirs(runs_dir)[0]
+        next_pid = json.loads((next_standby / "pid").read_text())["pid"]
+
+        status = launcher.stop(second_handle, deadline_s=60)
+        # the exit status reached the run's directory, renamed since the supervisor started
+        assert status.phase is RunPhase.SUCCEEDED, launcher.logs(second_handle, 200)
+        assert not group_alive(standby_pid) and not group_alive(next_pid)
+        assert _standby_dirs(runs_dir) == []
+    finally:
+        for h in (handle, second_handle):
+            if h is not None:
+                launcher.cleanup(h)
+        for directory in (runs_dir / ".standby").glob("*"):
+            with contextlib.suppress(OSError, ValueError, ProcessLookupError):
+                os.killpg(json.loads((directory / "pid").read_text())["pid"], 9)
+
+
+def test_a_standby_serves_only_the_same_spec(make_spec) -> None:  # type: ignore[no-untyped-def]
+    spec = make_spec(job="endless-job", resources=Resources(standby=True))
+    again = make_spec(job="endless-job", resources=Resources(standby=True))
+    assert spec.run_id != again.run_id
+    assert standby_key(spec) == standby_key(again)
+    for other in (
+        make_spec(job="endless-job", resources=Resources(standby=True), parallelism=3),
+        make_spec(job="endless-job", resources=Resources(standby=True, driver_memory_mb=2048)),
+        make_spec(
+            job="endless-job", resources=Resources(standby=True), spark_conf={"spark.a": "b"}
+        ),
+    ):
+        assert standby_key(other) != standby_key(spec)
+
+
+def _fake_standby(root: Path, spec, *, alive: bool = True) -> tuple[Path, int]:  # type: ignore[no-untyped-def]
+    """A standby directory as Standbys.launch leaves it, its process a `sleep` group."""
+    import subprocess
+
+    from runners.processes import process_start_time, write_json
+
+    directory = root / ".standby" / f"{standby_key(spec)}-{os.urandom(4).hex()}"
+    directory.mkdir(parents=True)
+    child = subprocess.Popen(["sleep", "60" if alive else "0"], start_new_session=True)
+    if not alive:
+        child.wait()
+    write_json(directory / "pid", {"pid": child.pid, "start_time": process_start_time(child.pid)})
+    info = {"key": standby_key(spec), "application": spec.application, "branch": spec.branch}
+    write_json(directory / "standby.json", info)
+    return directory, child.pid
+
+
+def test_discard_kills_the_job_s_standbys_for_other_specs_and_prunes_dead_ones(  # type: ignore[no-untyped-def]
+    make_spec, tmp_path
+) -> None:
+    runs = tmp_path / "runs"
+    standbys = Standbys(runs)
+    at_p2 = make_spec(job="endless-job", resources=Resources(standby=True))
+    at_p3 = make_spec(job="endless-job", resources=Resources(standby=True), parallelism=3)
+    other_job = make_spec(job="endless-job", branch="other", resources=Resources(standby=True))
+    kept, kept_pid = _fake_standby(runs, at_p2)
+    stale, stale_pid = _fake_standby(runs, at_p3)
+    foreign, foreign_pid = _fake_standby(runs, other_job)
+    dead, _ = _fake_standby(runs, other_job, alive=False)
+    try:
+        assert standbys.ready(at_p2) is None  # alive, but not warm (no ready.json)
+        (kept / "ready.json").write_text("{}")
+        assert standbys.ready(at_p2) == kept and standbys.ready(at_p3) is None
+        assert standbys.discard(at_p2.application, "main", keep=at_p2) == 1
+        assert kept.exists() and not group_alive(stale_pid) and not stale.exists()
+        assert foreign.exists() and group_alive(foreign_pid)  # another job's standby stays
+        assert not dead.exists()  # a dead standby of any job is pruned
+        assert standbys.discard(at_p2.application, "main") == 1  # stop: none kept
+        assert not kept.exists() and not group_alive(kept_pid)
+    finally:
+        for pid in (kept_pid, stale_pid, foreign_pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, 9)
