@@ -39,18 +39,18 @@ def job(tmp_path: Path) -> Job:
     return job
 
 
+def a_run(job: Job, run_id: str, **fields: object) -> Run:
+    """A row of a local run of the job (the reconciler reads rows; no process behind it)."""
+    return Run.objects.create(
+        job=job, run_id=run_id, runner="local", parallelism=2, spec={}, **fields
+    )
+
+
 def fail_a_run(job: Job, run_id: str) -> None:
     """A run of the job that ended failed, and no operation active (the last start is done)."""
     Operation.objects.filter(job=job).update(state="succeeded")
-    Run.objects.create(
-        job=job,
-        run_id=run_id,
-        runner="local",
-        parallelism=2,
-        spec={},
-        phase=RunPhase.FAILED,
-        reason="killed by SIGKILL",
-        finished_at=timezone.now(),
+    a_run(
+        job, run_id, phase=RunPhase.FAILED, reason="killed by SIGKILL", finished_at=timezone.now()
     )
 
 
@@ -82,23 +82,11 @@ def test_first_restart_at_once_then_doubling_back_off(job: Job) -> None:
     assert job.restarts == 3 and len(restarts_requested(job)) == 3
 
 
-def _running_since(job: Job, run_id: str, minutes: float) -> None:
-    Run.objects.create(
-        job=job,
-        run_id=run_id,
-        runner="local",
-        parallelism=2,
-        spec={},
-        phase=RunPhase.RUNNING,
-        started_at=timezone.now() - dt.timedelta(minutes=minutes),
-    )
-
-
 def test_a_run_that_stays_up_gives_the_restart_budget_back(job: Job) -> None:
     """`restarts` counts a crash loop, not a lifetime: after a run has been up
     EPOCHAL_RESTART_RESET_AFTER_S (10 min) the next failure is a first one again."""
     Job.objects.filter(pk=job.pk).update(restarts=4, max_restarts=5)
-    _running_since(job, "young", minutes=2)
+    a_run(job, "young", phase=RunPhase.RUNNING, started_at=timezone.now() - dt.timedelta(minutes=2))
     reconcile_jobs()
     job.refresh_from_db()
     assert job.restarts == 4  # 2 minutes prove nothing yet
