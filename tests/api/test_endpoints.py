@@ -125,6 +125,17 @@ def test_snapshot_detail_has_manifest_fields_provenance_and_diff(
     assert [c["key_group"] for c in against["changed"]] == [0]
     root = viewer.get(f"/api/applications/clicks/snapshots/{lineage.main[0]}/diff/")
     assert root.status_code == 400 and root.json()["error"]["code"] == "no_parent"
+    relative = viewer.get(
+        f"/api/applications/clicks/snapshots/{lineage.main[4]}/diff/?against=main~3"
+    ).json()
+    assert relative["old"] == lineage.main[1]
+    malformed = viewer.get(
+        f"/api/applications/clicks/snapshots/{lineage.main[4]}/diff/?against=a..b"
+    )
+    assert malformed.status_code == 400
+    assert malformed.json()["error"]["fields"] == {"against": ["not a revision"]}
+    unknown = viewer.get(f"/api/applications/clicks/snapshots/{lineage.main[4]}/diff/?against=nope")
+    assert unknown.status_code == 404
 
 
 def test_branches_tags_and_graph_pages(lineage: Lineage, client_for: Client) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -28,7 +29,7 @@ from controlplane.api.pagination import (
     sequence_page,
 )
 from controlplane.api.response_cache import cached, remember
-from controlplane.api.schema import REF, error
+from controlplane.api.schema import REF, REVISION, error
 from controlplane.api.serializers import (
     BranchSerializer,
     GraphEdgeSerializer,
@@ -47,6 +48,7 @@ from controlplane.changes.selectors import revision
 from controlplane.errors import InvalidRequest
 from controlplane.lineage import selectors, store_reads
 from controlplane.lineage.errors import UnknownRevisionError
+from controlplane.refnames import REVISION_PATTERN
 
 _T = TypeVar("_T")
 
@@ -169,13 +171,29 @@ class SnapshotDetailView(ApiView):
         return Response(SnapshotDetailSerializer(snapshot, context=ctx).data)
 
 
+def _revision_param(request: Request, field: str) -> str | None:
+    """Query parameter `field` as a revision, None when absent; a 400 naming `field` when it
+    cannot be one (checked before the store is asked)."""
+    value = request.query_params.get(field) or None
+    if value is not None and not re.match(REVISION_PATTERN, value):
+        raise InvalidRequest(
+            f"{field}: not a revision (a snapshot id or prefix, a branch or tags/NAME, "
+            f"optionally followed by ~n or ^n; got {value[:100]!r})",
+            fields={field: ["not a revision"]},
+        )
+    return value
+
+
 class SnapshotDiffView(ApiView):
     @extend_schema(
         tags=TAGS,
         summary="What changed from the first parent (or `against`) to this snapshot",
         parameters=[
             OpenApiParameter(
-                "against", REF, description="Any revision the store resolves (default: parent)."
+                "against",
+                REVISION,
+                description="Any revision (id or prefix, branch, tags/x, with ~n or ^n); "
+                "default: the first parent.",
             )
         ],
         responses={200: SnapshotDiffSerializer, 502: error("The store could not be read.")},
@@ -186,7 +204,7 @@ class SnapshotDiffView(ApiView):
         diff = store_reads.snapshot_diff(
             application=application,
             snapshot=snapshot,
-            against=request.query_params.get("against") or None,
+            against=_revision_param(request, "against"),
         )
         return Response(SnapshotDiffSerializer(diff.to_dict()).data)
 
