@@ -46,7 +46,7 @@ from bench import engine_recovery
 from bench.datagen import ROW_GROUP_ROWS, EpochSet
 from bench.driver_model import driver_point, fit_driver_model
 from bench.engine_job import aggregate_job
-from bench.timing import PeakRss, VariantResult, log, percentile, tree_cpu_s, tree_rss_mb
+from bench.timing import PeakRss, TreeCpu, VariantResult, log, percentile, tree_rss_mb
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -457,9 +457,10 @@ class Bench:
         for variant in variants:
             if variant not in self.variants:
                 continue
-            t1, c1 = time.perf_counter(), tree_cpu_s()
-            result = self.run_variant(variant, data, f"{label}-{variant}")
-            result.cpu_s = tree_cpu_s() - c1
+            t1 = time.perf_counter()
+            with TreeCpu() as cpu:
+                result = self.run_variant(variant, data, f"{label}-{variant}")
+            result.cpu_s = cpu.seconds
             if warm:
                 log(f"warm {variant}: {time.perf_counter() - t1:.1f} s")
             else:
@@ -511,11 +512,11 @@ class Bench:
             incremental=True,
         )
         expected = ck.reference_running(data)
-        c0 = tree_cpu_s()
-        result = self.run_variant(
-            "engine", data, "inc", name="engine_incremental", measure_store=True
-        )
-        result.cpu_s = tree_cpu_s() - c0
+        with TreeCpu() as cpu:
+            result = self.run_variant(
+                "engine", data, "inc", name="engine_incremental", measure_store=True
+            )
+        result.cpu_s = cpu.seconds
         self.results[result.name] = result
         log(result.summary())
         self.check(result, expected, "reference")
@@ -620,9 +621,9 @@ class Bench:
         data = self.dataset("vectorised", keys=s.keys, records=s.records, epochs=s.epochs)
         if "engine" not in self.results:  # the part alone: the engine over the same epochs
             self.measure(["engine"], data, "vec")
-        c0 = tree_cpu_s()
-        result = run_polars_limit(data)
-        result.cpu_s = tree_cpu_s() - c0
+        with TreeCpu() as cpu:
+            result = run_polars_limit(data)
+        result.cpu_s = cpu.seconds
         self.results[result.name] = result
         log(result.summary())
         self.check(result, ck.reference_running(data), "reference")

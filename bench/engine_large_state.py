@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bench import checksum as ck
-from bench.timing import PeakRss, VariantResult, log, percentile, tree_cpu_s
+from bench.timing import PeakRss, TreeCpu, VariantResult, log, percentile
 
 VARIANTS = ("spark_builtin", "stateless", "engine")
 
@@ -59,10 +59,9 @@ def measure(bench: Any, sizes: LargeStateSizes) -> dict[str, Any]:
         kw: dict[str, Any] = {}
         if variant == "engine":
             kw = {"name": "engine_large_state", "max_parallelism": sizes.max_parallelism}
-        c0 = tree_cpu_s()
-        with PeakRss() as peak:
+        with TreeCpu() as cpu, PeakRss() as peak:
             result = bench.run_variant(variant, data, f"large-{variant}", **kw)
-        result.cpu_s = tree_cpu_s() - c0
+        result.cpu_s = cpu.seconds
         results[variant], peaks[variant] = result, round(peak.peak_mb, 1)
         log(f"large_state {result.summary()} peak RSS {peak.peak_mb:.0f} MB")
         if variant == "stateless":

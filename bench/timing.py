@@ -98,32 +98,76 @@ def tree_rss_mb(root: int | None = None) -> float:
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _cpu_ticks(pid: int) -> int:
-    """utime + stime + cutime + cstime of one process (reaped children included)."""
+def _own_ticks(pid: int) -> tuple[int, int] | None:
+    """(start time, utime + stime) of one process, its own CPU only (no reaped children)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             stat = fh.read()
     except OSError:
-        return 0
+        return None
     fields = stat[stat.rfind(b")") + 2 :].split()
-    # After "pid (comm) ": state=0 ppid=1 ... utime=11 stime=12 cutime=13 cstime=14
-    return sum(int(x) for x in fields[11:15])
+    # After "pid (comm) ": utime=11 stime=12 ... starttime=19
+    return int(fields[19]), int(fields[11]) + int(fields[12])
 
 
-def tree_cpu_s(root: int | None = None) -> float:
-    """CPU seconds used so far by a process and its descendants (driver, JVM, Python workers).
-
-    Much less sensitive than wall time to other work on the machine: the bench reports it per
-    variant next to the wall-clock rates.
-    """
-    root = os.getpid() if root is None else root
+def _tree_pids(root: int) -> list[int]:
     children = _children_map()
-    total, stack = 0, [root]
+    pids, stack = [], [root]
     while stack:
         pid = stack.pop()
-        total += _cpu_ticks(pid)
+        pids.append(pid)
         stack.extend(children.get(pid, ()))
-    return total / _CLK_TCK
+    return pids
+
+
+class TreeCpu:
+    """CPU seconds a process and its descendants (driver, JVM, Python workers) use inside a
+    ``with`` block. Much less sensitive than wall time to other work on the machine: the bench
+    reports it per variant next to the wall-clock rates.
+
+    Not a difference of two readings of the tree's totals: a process that exits inside the
+    window (a Python worker Spark retires, a child's JVM) takes its CPU with it unless a
+    process of the tree reaps it, which made such differences too small or even negative. The
+    tree is sampled every `interval` seconds instead, and each process (pid and start time)
+    counts its own CPU from its first sample (0 when it was born inside the window) to its
+    last; only what a process used after its last sample (under `interval`) is missed.
+    """
+
+    def __init__(self, root: int | None = None, interval: float = 0.2) -> None:
+        self.root = os.getpid() if root is None else root
+        self.interval = interval
+        self.seconds = 0.0
+        self._first: dict[tuple[int, int], int] = {}
+        self._last: dict[tuple[int, int], int] = {}
+        self._started = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tree-cpu", daemon=True)
+
+    def _sample(self) -> None:
+        for pid in _tree_pids(self.root):
+            ticks = _own_ticks(pid)
+            if ticks is None:
+                continue
+            key = (pid, ticks[0])
+            self._first.setdefault(key, ticks[1] if not self._started else 0)
+            self._last[key] = ticks[1]
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> TreeCpu:
+        self._sample()
+        self._started = True
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        ticks = sum(last - self._first[key] for key, last in self._last.items())
+        self.seconds = ticks / _CLK_TCK
 
 
 class PeakRss:
