@@ -8,7 +8,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from bench.checksum import Checksum
 
@@ -85,14 +85,8 @@ def _rss_kib(pid: int) -> int:
 
 def tree_rss_mb(root: int | None = None) -> float:
     """Resident memory of a process and all its descendants (the driver, its JVM, workers)."""
-    root = os.getpid() if root is None else root
-    children = _children_map()
-    total, stack = 0, [root]
-    while stack:
-        pid = stack.pop()
-        total += _rss_kib(pid)
-        stack.extend(children.get(pid, ()))
-    return total / 1024
+    pids = _tree_pids(os.getpid() if root is None else root)
+    return sum(_rss_kib(pid) for pid in pids) / 1024
 
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
@@ -120,7 +114,42 @@ def _tree_pids(root: int) -> list[int]:
     return pids
 
 
-class TreeCpu:
+class _TreeSampler:
+    """Samples the process tree in a daemon thread every `interval` seconds while a ``with``
+    block runs: once on entry, periodically, and once on exit."""
+
+    def __init__(self, interval: float, name: str) -> None:
+        self.interval = interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def _sample(self) -> None:
+        raise NotImplementedError
+
+    def _entered(self) -> None:
+        """After the first sample, before the periodic ones."""
+
+    def _exited(self) -> None:
+        """After the last sample."""
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def __enter__(self) -> Self:
+        self._sample()
+        self._entered()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+        self._exited()
+
+
+class TreeCpu(_TreeSampler):
     """CPU seconds a process and its descendants (driver, JVM, Python workers) use inside a
     ``with`` block. Much less sensitive than wall time to other work on the machine: the bench
     reports it per variant next to the wall-clock rates.
@@ -134,14 +163,12 @@ class TreeCpu:
     """
 
     def __init__(self, root: int | None = None, interval: float = 0.2) -> None:
+        super().__init__(interval, "tree-cpu")
         self.root = os.getpid() if root is None else root
-        self.interval = interval
         self.seconds = 0.0
         self._first: dict[tuple[int, int], int] = {}
         self._last: dict[tuple[int, int], int] = {}
         self._started = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tree-cpu", daemon=True)
 
     def _sample(self) -> None:
         for pid in _tree_pids(self.root):
@@ -152,34 +179,22 @@ class TreeCpu:
             self._first.setdefault(key, ticks[1] if not self._started else 0)
             self._last[key] = ticks[1]
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._sample()
-
-    def __enter__(self) -> TreeCpu:
-        self._sample()
+    def _entered(self) -> None:
         self._started = True
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
+    def _exited(self) -> None:
         ticks = sum(last - self._first[key] for key, last in self._last.items())
         self.seconds = ticks / _CLK_TCK
 
 
-class PeakRss:
+class PeakRss(_TreeSampler):
     """Samples `tree_rss_mb` in a daemon thread every `interval` seconds; keeps the peak."""
 
     def __init__(self, interval: float = 0.25) -> None:
-        self.interval = interval
+        super().__init__(interval, "peak-rss")
         self.peak_mb = 0.0
         self.peaks: dict[str, float] = {}
         self._phase = "start"
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="peak-rss", daemon=True)
 
     def phase(self, name: str) -> None:
         self._phase = name
@@ -188,17 +203,3 @@ class PeakRss:
         mb = tree_rss_mb()
         self.peak_mb = max(self.peak_mb, mb)
         self.peaks[self._phase] = max(self.peaks.get(self._phase, 0.0), mb)
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._sample()
-
-    def __enter__(self) -> PeakRss:
-        self._sample()
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._sample()
