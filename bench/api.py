@@ -173,7 +173,7 @@ def server_command(server: str, port: int, *, workers: int, threads: int) -> lis
 def serve(
     database_url: str,
     *,
-    server: str = "gunicorn",
+    server: str = "granian",
     workers: int,
     threads: int,
     watch_slots: int,
@@ -218,20 +218,6 @@ def serve(
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
-
-
-def gunicorn(
-    database_url: str, *, workers: int, threads: int, watch_slots: int, db_pool: int = 0
-) -> Any:
-    """`serve` with gunicorn (`gthread` workers)."""
-    return serve(
-        database_url,
-        server="gunicorn",
-        workers=workers,
-        threads=threads,
-        watch_slots=watch_slots,
-        db_pool=db_pool,
-    )
 
 
 # -- the clients ----------------------------------------------------------------------------
@@ -700,9 +686,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--server",
         choices=SERVERS,
-        default="gunicorn",
-        help="the HTTP server of controlplane.wsgi: gunicorn (gthread workers) or granian "
-        "(Rust HTTP, WSGI on a pool of Python threads)",
+        default="granian",
+        help="the HTTP server of controlplane.wsgi: granian (Rust HTTP, WSGI on a pool of "
+        "Python threads; the one deployed) or gunicorn (gthread workers; before 2026-11-27)",
     )
     parser.add_argument("--workers", type=int, default=2, help="server worker processes")
     parser.add_argument(

@@ -162,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-total", type=float, default=100.0, help="requests/s offered")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--sample-rate", type=int, default=200, help="py-spy samples/s")
-    parser.add_argument("--server", choices=SERVERS, default="gunicorn")
+    parser.add_argument("--server", choices=SERVERS, default="granian")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=64)
     parser.add_argument("--watch-slots", type=int, default=56)
