@@ -192,7 +192,10 @@ def serve(
         "LOG_LEVEL": "WARNING",
     }
     command = server_command(server, port, workers=workers, threads=threads)
-    process = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    # the server's output (granian logs to stdout) goes to stderr: stdout ends with the JSON
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=sys.stderr, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
