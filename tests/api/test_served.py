@@ -11,7 +11,7 @@ import http.client
 import secrets
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from django.db import connection
@@ -47,9 +47,9 @@ def _listeners() -> int:
         return int(cursor.fetchone()[0])
 
 
-def _until(condition: object, what: str, seconds: float = 60) -> None:
+def _until(condition: Callable[[], bool], what: str, seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
-    while not condition():  # type: ignore[operator]
+    while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"still not {what} after {seconds:g}s")
         time.sleep(0.1)
