@@ -5,7 +5,8 @@
    it, and bulk-loads a synthetic lineage of `--snapshots` snapshots over `--branches`
    branches with the lineage benchmark's builder (`bench.lineage.build_index`), plus an
    application version, a job on `main` and a viewer with an API token.
-2. Serves the control plane with gunicorn (`gthread` workers) on a free loopback port.
+2. Serves the control plane on a free loopback port with `--server`: gunicorn (`gthread`
+   workers) or granian (a Rust HTTP server; WSGI calls on a pool of Python threads).
 3. Runs `--clients` concurrent clients for `--seconds` (coroutines on one asyncio loop, or a
    thread each with `--load-client threads`). Each client keeps one HTTP/1.1
    connection and sends `--rate` requests per second (paced, with jitter), cycling through
@@ -125,10 +126,61 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+SERVERS = ("gunicorn", "granian")
+
+
+def server_command(server: str, port: int, *, workers: int, threads: int) -> list[str]:
+    """The command that serves `controlplane.wsgi` with `server`, shaped alike for both:
+    `workers` processes, each running the application on up to `threads` Python threads (a
+    waiting watch holds one)."""
+    if server == "gunicorn":
+        return [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "controlplane.wsgi:application",
+            f"--bind=127.0.0.1:{port}",
+            "--worker-class=gthread",
+            f"--workers={workers}",
+            f"--threads={threads}",
+            "--keep-alive=30",
+            "--backlog=2048",
+            "--log-level=warning",
+        ]
+    if server == "granian":
+        return [
+            sys.executable,
+            "-m",
+            "granian",
+            "--interface=wsgi",
+            "controlplane.wsgi:application",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            f"--workers={workers}",
+            f"--blocking-threads={threads}",
+            # backpressure counts open connections (keep-alive ones too), not requests: it
+            # must stay above every client's connection, so the threads limit the work
+            "--backpressure=1024",
+            "--backlog=2048",
+            "--http=1",
+            "--no-ws",
+            "--log-level=warning",
+        ]
+    raise ValueError(f"unknown server {server!r}: one of {', '.join(SERVERS)}")
+
+
 @contextmanager
-def gunicorn(
-    database_url: str, *, workers: int, threads: int, watch_slots: int, db_pool: int = 0
+def serve(
+    database_url: str,
+    *,
+    server: str = "granian",
+    workers: int,
+    threads: int,
+    watch_slots: int,
+    db_pool: int = 0,
 ) -> Iterator[tuple[int, int]]:
+    """Serve the control plane on a free loopback port with `server`; yields (port, the
+    server's main process id: its CPU and its workers' are `server_cpu_s(pid)`)."""
     port = free_port()
     env = {
         **os.environ,
@@ -139,20 +191,11 @@ def gunicorn(
         "EPOCHAL_API_RATE": "1000000000/hour",
         "LOG_LEVEL": "WARNING",
     }
-    command = [
-        sys.executable,
-        "-m",
-        "gunicorn",
-        "controlplane.wsgi:application",
-        f"--bind=127.0.0.1:{port}",
-        "--worker-class=gthread",
-        f"--workers={workers}",
-        f"--threads={threads}",
-        "--keep-alive=30",
-        "--backlog=2048",
-        "--log-level=warning",
-    ]
-    server = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
+    command = server_command(server, port, workers=workers, threads=threads)
+    # the server's output (granian logs to stdout) goes to stderr: stdout ends with the JSON
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=sys.stderr, start_new_session=True
+    )
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -163,21 +206,21 @@ def gunicorn(
                     break
             except OSError:
                 pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"gunicorn did not come up on port {port}")
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{server} did not come up on port {port}")
             time.sleep(0.2)
         log(
-            f"gunicorn pid {server.pid} on 127.0.0.1:{port}: {workers} workers x {threads} "
+            f"{server} pid {process.pid} on 127.0.0.1:{port}: {workers} workers x {threads} "
             f"threads, database pool {db_pool or 'off'}"
         )
-        yield port, server.pid
+        yield port, process.pid
     finally:
-        os.killpg(server.pid, signal.SIGTERM)
+        os.killpg(process.pid, signal.SIGTERM)
         try:
-            server.wait(timeout=30)
+            process.wait(timeout=30)
         except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
 
 
 # -- the clients ----------------------------------------------------------------------------
@@ -396,16 +439,34 @@ async def _load_async(
 _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
+def server_processes(master: int) -> list[int]:
+    """`master` and every process under it (gunicorn's workers; granian's worker processes,
+    started from any of the master's threads), from /proc."""
+    pids, seen = [master], {master}
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                children = (task / "children").read_text().split()
+            except OSError:
+                continue
+            for child in map(int, children):
+                if child not in seen:
+                    seen.add(child)
+                    pids.append(child)
+    return pids
+
+
 def server_cpu_s(master: int) -> float:
-    """User + system CPU seconds of gunicorn's master and its live workers (from /proc)."""
-    pids = [master]
-    try:
-        children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-        pids += [int(c) for c in children]
-    except OSError:
+    """User + system CPU seconds of the server's main process and every live process under
+    it (from /proc), whichever server it is."""
+    if not Path(f"/proc/{master}").exists():
         return float("nan")
     total = 0
-    for pid in pids:
+    for pid in server_processes(master):
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -594,8 +655,9 @@ def summarise(
         result["p99_vs_baseline"] = round(result["p99_ms"] / max(ms(base, 99), 0.01), 2)
     result.update(
         {
-            "gunicorn_workers": args.workers,
-            "gunicorn_threads": args.threads,
+            "server": args.server,
+            "server_workers": args.workers,
+            "server_threads": args.threads,
             "db_pool": args.db_pool,
             "watch_slots": args.watch_slots,
             "load_client": args.load_client,
@@ -607,6 +669,15 @@ def summarise(
     return result
 
 
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.api", description=__doc__)
     parser.add_argument("--snapshots", type=int, default=100_000)
@@ -615,7 +686,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--warmup-seconds", type=float, default=5.0)
     parser.add_argument("--rate", type=float, default=2.0, help="requests/s per client")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+    parser.add_argument(
+        "--server",
+        choices=SERVERS,
+        default="granian",
+        help="the HTTP server of controlplane.wsgi: granian (Rust HTTP, WSGI on a pool of "
+        "Python threads; the one deployed) or gunicorn (gthread workers; before 2026-11-27)",
+    )
+    parser.add_argument("--workers", type=int, default=2, help="server worker processes")
     parser.add_argument(
         "--threads", type=int, default=64, help="threads per worker (watches hold one each)"
     )
@@ -667,8 +745,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DATABASE_URL"] = url
         log(f"scratch database ready; building {args.snapshots:,} snapshots")
         facts = prepare(snapshots=args.snapshots, branches=args.branches, seed=args.seed)
-        with gunicorn(
+        with serve(
             url,
+            server=args.server,
             workers=args.workers,
             threads=args.threads,
             watch_slots=args.watch_slots,
@@ -729,6 +808,10 @@ def main(argv: list[str] | None = None) -> int:
                 hold=args.watch_hold,
             )
     result = summarise(samples, facts, args, elapsed)
+    # the server's settings as run (the port is the run's own)
+    command = server_command(args.server, 0, workers=args.workers, threads=args.threads)
+    result["server_args"] = [a for a in command[3:] if not a.startswith(("--port", "--bind"))]
+    result["server_version"] = _version(args.server)
     result["loadavg_1m_before"] = round(load_before, 2)
     result["loadavg_1m_after"] = round(load_after, 2)
     result["server_cpu_ms_per_request"] = round(cpu * 1000 / max(result["requests"], 1), 2)

@@ -1,19 +1,21 @@
 """Where the served process's CPU goes: `python -m bench.profile_served [--rate-total 100]`.
 
 `bench.profile_api` profiles one request at a time in-process; this one samples the real
-server instead. It builds `bench.api`'s scratch database, serves it with gunicorn the way
-`bench.api` does, sends `bench.api`'s request mix from `--clients` keep-alive clients at
-`--rate-total` requests/s, and meanwhile samples every gunicorn worker with py-spy
-(``py-spy record --format raw --nonblocking``: on-CPU stacks only, the worker not paused).
-Each sample is charged to a part by its innermost frame (the same parts as
-`bench.profile_api`, plus the server's own: `gunicorn`, `threads` (locks, queues, thread
-pools, selectors), `pool` (psycopg_pool), `logging`), and to a phase by the outermost frame
-of ours it passed through (`middleware`, `auth`, `throttle`, `view`, `render`, …).
+server instead. It builds `bench.api`'s scratch database, serves it with `--server`
+(gunicorn or granian) the way `bench.api` does, sends `bench.api`'s request mix from
+`--clients` keep-alive clients at `--rate-total` requests/s, and meanwhile samples every
+worker process with py-spy (``py-spy record --format raw --nonblocking``: on-CPU stacks
+only, the worker not paused). Each sample is charged to a part by its innermost frame (the
+same parts as `bench.profile_api`, plus the server's own: `gunicorn` or `granian`,
+`threads` (locks, queues, thread pools, selectors), `pool` (psycopg_pool), `logging`), and
+to a phase by the outermost frame of ours it passed through (`middleware`, `auth`,
+`throttle`, `view`, `render`, …). py-spy sees Python frames only: granian's Rust side (HTTP
+parsing, writing) is in the measured CPU but in no phase.
 
 py-spy must be on PATH (requirements/dev.in). The last stdout line is one JSON object: the
 server's CPU ms per request measured from /proc (as `bench.api` does), the samples, ms per
 request per part and per phase (the shares of samples applied to the measured CPU), the
-heaviest leaf functions, the gunicorn shape and the load average.
+heaviest leaf functions, the server and its shape and the load average.
 """
 
 from __future__ import annotations
@@ -32,11 +34,22 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from bench.api import _TICK, gunicorn, load, log, prepare, scratch_database, server_cpu_s
+from bench.api import (
+    _TICK,
+    SERVERS,
+    load,
+    log,
+    prepare,
+    scratch_database,
+    serve,
+    server_cpu_s,
+    server_processes,
+)
 from bench.profile_api import PARTS
 
 SERVER_PARTS = (
     ("gunicorn", ("gunicorn/",)),
+    ("granian", ("granian/",)),
     ("pool", ("psycopg_pool/",)),
     ("logging", ("logging/",)),
     (
@@ -57,6 +70,7 @@ PHASES = (
     ("middleware", ("django/middleware", "django/contrib/", "whitenoise", "django_htmx", "axes")),
     ("django", ("django/core/handlers", "rest_framework/views")),
     ("gunicorn", ("gunicorn/",)),
+    ("granian", ("granian/",)),
 )
 
 
@@ -86,8 +100,9 @@ def parse_raw(text: str) -> list[tuple[list[str], int]]:
 
 
 def thread_cpu_s(pids: list[int]) -> dict[str, float]:
-    """CPU seconds of the workers' main threads (gunicorn's event loop) and of all their
-    other threads (the request threads, the change listener), from /proc."""
+    """CPU seconds of the workers' main threads (gunicorn's event loop; granian's main
+    thread only waits) and of all their other threads (the request threads, the change
+    listener, granian's Rust runtime), from /proc."""
     split = {"main": 0.0, "others": 0.0}
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").iterdir():
@@ -147,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate-total", type=float, default=100.0, help="requests/s offered")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--sample-rate", type=int, default=200, help="py-spy samples/s")
+    parser.add_argument("--server", choices=SERVERS, default="granian")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=64)
     parser.add_argument("--watch-slots", type=int, default=56)
@@ -167,16 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     with scratch_database(os.environ.get("DATABASE_URL", ""), False) as url:
         os.environ["DATABASE_URL"] = url
         facts = prepare(snapshots=args.snapshots, branches=args.branches, seed=args.seed)
-        with gunicorn(
+        with serve(
             url,
+            server=args.server,
             workers=args.workers,
             threads=args.threads,
             watch_slots=args.watch_slots,
             db_pool=args.db_pool,
         ) as (port, master):
             load(port, facts, clients=args.clients, seconds=3, rate=rate, record=False)
-            children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-            pids = [int(c) for c in children]
+            pids = server_processes(master)[1:]  # the workers (py-spy samples each)
             load_before = os.getloadavg()[0]
             with tempfile.TemporaryDirectory(prefix="profile-served-") as folder:
                 result_box: dict[str, Any] = {}
@@ -235,6 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         "top_leaves": [
             [leaf, round(n / total * cpu_ms, 3)] for leaf, n in leaves.most_common(args.top)
         ],
+        "server": args.server,
         "rate_total": args.rate_total,
         "clients": args.clients,
         "workers": args.workers,

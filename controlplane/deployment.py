@@ -1,9 +1,10 @@
 """Deployment guards: the server does not start on settings that are unsafe in production.
 
-The WSGI entry point (`gunicorn controlplane.wsgi`, and `runserver`, which loads it) refuses to
-load without a secret key outside debug; `manage.py check --deploy` reports the same as an
-error, and warns when login lockouts and throttles would be kept per process. Commands that
-serve nothing (`epochal`, `manage.py jobs`, …) need no secret key.
+The WSGI entry point (`controlplane.wsgi`, loaded by each of granian's worker processes, and by
+`runserver`) refuses to load without a secret key outside debug, so the server exits;
+`manage.py check --deploy` reports the same as an error, and warns when login lockouts and
+throttles would be kept per process. Commands that serve nothing (`epochal`, `manage.py
+jobs`, …) need no secret key.
 """
 
 from __future__ import annotations

@@ -276,7 +276,8 @@ SPECTACULAR_SETTINGS = {
     },
 }
 # Watches (?watch=S on job, operation, log and lineage reads): the longest wait, and how many
-# may wait at once per server process (each holds a gunicorn thread; see docs/api.md).
+# may wait at once per server process (each holds one of the server's Python threads; see
+# docs/api.md).
 EPOCHAL_WATCH_MAX_S = float(config.env("EPOCHAL_WATCH_MAX_S", "60"))
 EPOCHAL_WATCH_SLOTS = int(config.env("EPOCHAL_WATCH_SLOTS", "24"))
 # Rendered answers of conditional reads kept per server process by ETag, at most this many

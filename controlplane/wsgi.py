@@ -1,4 +1,5 @@
-"""WSGI entry point (gunicorn controlplane.wsgi): refuses to load on unsafe settings."""
+"""WSGI entry point (`granian --interface=wsgi controlplane.wsgi:application`, in each worker
+process): refuses to load on unsafe settings."""
 
 import os
 

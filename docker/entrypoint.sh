@@ -4,7 +4,7 @@
 #
 #   executor  - started by Spark's Kubernetes scheduler for executor Pods: run Spark's
 #               executor backend with the settings Spark passes in SPARK_* variables.
-#   anything else is run as given (gunicorn, celery, python -m runners.engine.main …).
+#   anything else is run as given (granian, celery, python -m runners.engine.main …).
 set -euo pipefail
 
 if [ "${1:-}" != "executor" ]; then

@@ -22,7 +22,7 @@ from tests.api.conftest import Lineage
 
 CLIENTS = 50
 # The test server's listen backlog (10) would reset most of 50 simultaneous connects before
-# any request reached the application; a production server (gunicorn) has 2048.
+# any request reached the application; the production server (granian) has 1024 per worker.
 ThreadedWSGIServer.request_queue_size = 128
 
 

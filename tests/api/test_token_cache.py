@@ -1,7 +1,7 @@
 """The token cache (controlplane/accounts/token_cache.py): a token seen recently is checked
 with one plain statement instead of a lookup, and a revocation, a new expiry, a deactivated
 user or a lost role committed anywhere is refused on the very next request — in this process
-and in a separate gunicorn process that had the token cached."""
+and in a separate web server process that had the token cached."""
 
 from __future__ import annotations
 
@@ -18,24 +18,24 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from bench.api import gunicorn
+from bench.api import serve
 from controlplane.accounts.models import ApiToken
 from controlplane.accounts.roles import ADMIN, OPERATOR, VIEWER, assign_role
 from controlplane.accounts.services import user_create
 from controlplane.accounts.token_cache import TOKENS
 from controlplane.accounts.tokens import token_create, token_revoke
 from tests.api.conftest import current_database_url
+from tests.security.servers import SERVER
 
 
 @pytest.fixture
 def server(postgresql_db: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[int]:
-    """A gunicorn process (2 workers, 2 pooled connections each) serving the test database:
-    another process's cache."""
+    """The web server as deployed (2 workers, 2 pooled connections each) serving the test
+    database: another process's cache."""
     monkeypatch.setenv("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
-    with gunicorn(current_database_url(), workers=2, threads=4, watch_slots=1, db_pool=2) as (
-        port,
-        _,
-    ):
+    with serve(
+        current_database_url(), server=SERVER, workers=2, threads=4, watch_slots=1, db_pool=2
+    ) as (port, _):
         yield port
 
 

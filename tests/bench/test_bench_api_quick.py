@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {
     "clients",
@@ -27,7 +29,8 @@ REQUIRED = {
 }
 
 
-def test_bench_api_quick_run_reports_latencies_and_no_errors(tmp_path: Path) -> None:
+@pytest.mark.parametrize("server", ["granian", "gunicorn"])
+def test_bench_api_quick_run_reports_latencies_and_no_errors(tmp_path: Path, server: str) -> None:
     env = {**os.environ, "EPOCHAL_VAR_DIR": str(tmp_path / "var")}
     if not env.get("DATABASE_URL", "").startswith("postgres"):
         env.pop("DATABASE_URL", None)
@@ -36,6 +39,7 @@ def test_bench_api_quick_run_reports_latencies_and_no_errors(tmp_path: Path) -> 
             sys.executable,
             "-m",
             "bench.api",
+            f"--server={server}",
             "--snapshots=300",
             "--branches=5",
             "--clients=4",
@@ -61,6 +65,7 @@ def test_bench_api_quick_run_reports_latencies_and_no_errors(tmp_path: Path) -> 
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(result) >= REQUIRED
     assert result["snapshots"] == 300 and result["clients"] == 4
+    assert result["server"] == server and result["server_version"]
     assert result["errors"] == 0, done.stderr[-3000:]
     for endpoint in ("job", "snapshots", "lineage", "baseline_healthz"):
         assert result[f"{endpoint}_requests"] > 0

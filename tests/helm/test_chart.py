@@ -13,6 +13,7 @@ from runners.kubernetes import RBAC_RULES, SPARK_DRIVER_RBAC_RULES, KubernetesLa
 from runners.launchers import get_launcher
 from tests.conftest import require_service
 from tests.helm.conftest import CHART, Helm
+from tests.security.servers import web_command
 
 PRODUCTION = Path(__file__).with_name("production-values.yaml")
 KUBERNETES_VERSION = "1.33.0"
@@ -97,6 +98,7 @@ def test_production_render_is_valid_kubernetes(helm: Helm) -> None:
     }
     web = by_kind(manifests, "Deployment")["epochal-web"]
     assert web["spec"]["replicas"] == 3
+    assert "--workers=4" in container(web)["args"]
     pod = web["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["nodeSelector"] == {"pool": "control-plane"}
@@ -170,7 +172,22 @@ def test_processes_probes_and_migration_hook(helm: Helm) -> None:
     manifests = helm.template()
     deployments = by_kind(manifests, "Deployment")
     web = container(deployments["epochal-web"])
-    assert web["args"][:2] == ["gunicorn", "controlplane.wsgi"]
+    args = web["args"]
+    assert args[:3] == ["granian", "--interface=wsgi", "controlplane.wsgi:application"]
+    assert {"--port=8000", "--workers=2", "--blocking-threads=32", "--backpressure=512"} <= set(
+        args
+    )
+    assert "--respawn-failed-workers" in args  # and exits when its workers die at start
+    # the security and API tests' real servers run this command (but for the address and
+    # the access log)
+    tested = set(web_command(8000, workers=2, threads=32)[3:])
+    assert {a.partition("=")[0] for a in tested ^ set(args[1:])} == {
+        "--host",
+        "--backpressure",
+        "--access-log",
+    }
+    env = {e["name"]: e["value"] for e in web["env"]}
+    assert env["EPOCHAL_WATCH_SLOTS"] == "24"  # of the 32 threads: 8 left for other requests
     assert web["readinessProbe"]["httpGet"] == {
         "path": "/healthz",
         "port": "http",
@@ -242,3 +259,13 @@ def test_strict_validation_rejects_an_unknown_field() -> None:
     }
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_web_servers_old_gunicorn_values_are_refused_by_name(helm: Helm) -> None:
+    """`web.gunicornWorkers` / `web.gunicornThreads` (before the server was granian) are not
+    silently ignored: the schema names them."""
+    for old in ("web.gunicornWorkers=4", "web.gunicornThreads=16"):
+        args = ["template", "epochal", str(CHART), "--set", old]
+        refused = helm.run(*args, check=False)
+        assert refused.returncode != 0
+        assert old.split("=")[0].split(".")[1] in refused.stderr

@@ -1,10 +1,12 @@
-"""Real servers and commands for the security tests: `manage.py` and gunicorn as subprocesses,
-configured only by the environment they are given (nothing inherited from the test run)."""
+"""Real servers and commands for the security tests: `manage.py` and the web server (granian,
+as the Helm chart runs it) as subprocesses, configured only by the environment they are given
+(nothing inherited from the test run)."""
 
 from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -46,39 +48,57 @@ def manage(env: Mapping[str, str], *args: str) -> subprocess.CompletedProcess[st
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
+SERVER = "granian"
+"""The web server of the Helm chart (helm/epochal/templates/web.yaml) and the image
+(docker/Dockerfile); `bench.api --server` can also run gunicorn, for comparison."""
+
+
+def web_command(port: int, *, workers: int = 1, threads: int = 8) -> list[str]:
+    """The chart's web command on a loopback port: `workers` processes, each running the
+    application on up to `threads` Python threads; a worker that dies is started again,
+    and a server whose workers die at start (unsafe settings) exits."""
+    return [
+        sys.executable,
+        "-m",
+        "granian",
+        "--interface=wsgi",
+        "controlplane.wsgi:application",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        f"--workers={workers}",
+        f"--blocking-threads={threads}",
+        "--respawn-failed-workers",
+        "--no-ws",
+    ]
+
+
 @contextmanager
-def gunicorn(env: Mapping[str, str], *, workers: int = 1) -> Iterator[str]:
-    """`gunicorn controlplane.wsgi` as the Helm chart runs it; yields its base URL."""
-    port = _free_port()
+def web_server(env: Mapping[str, str], *, workers: int = 1) -> Iterator[str]:
+    """`web_command` serving with `env`; yields its base URL."""
+    port = free_port()
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "controlplane.wsgi",
-            f"--bind=127.0.0.1:{port}",
-            f"--workers={workers}",
-        ],
+        web_command(port, workers=workers),
         cwd=PROJECT_ROOT,
         env=dict(env),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 120
         while True:
             if process.poll() is not None:
-                raise AssertionError(f"gunicorn exited:\n{process.stdout.read()}")  # type: ignore[union-attr]
+                raise AssertionError(f"{SERVER} exited:\n{process.stdout.read()}")  # type: ignore[union-attr]
             try:
-                # The first request loads Django in the worker: slow on a busy machine.
+                # Django loads in each worker before it serves: slow on a busy machine.
                 requests.get(f"{url}/healthz", timeout=30, allow_redirects=False)
                 break
             except (requests.ConnectionError, requests.Timeout):
@@ -87,9 +107,9 @@ def gunicorn(env: Mapping[str, str], *, workers: int = 1) -> Iterator[str]:
                 time.sleep(0.2)
         yield url
     finally:
-        process.terminate()
+        os.killpg(process.pid, signal.SIGTERM)
         try:
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)
             process.wait()

@@ -14,7 +14,15 @@ import requests
 from controlplane.config import DEVELOPMENT_SECRET_KEY
 from tests.conftest import require_service
 from tests.helm.conftest import CHART, _fetch_helm
-from tests.security.servers import PROJECT_ROOT, clean_env, gunicorn, manage, new_secret_key
+from tests.security.servers import (
+    PROJECT_ROOT,
+    clean_env,
+    free_port,
+    manage,
+    new_secret_key,
+    web_command,
+    web_server,
+)
 
 PRODUCTION_VALUES = PROJECT_ROOT / "tests" / "helm" / "production-values.yaml"
 
@@ -47,8 +55,10 @@ def test_the_server_refuses_to_start_without_a_secret_key(tmp_path: Path) -> Non
     checked = manage(env, "check", "--deploy")
     assert checked.returncode != 0
     assert "epochal.E001" in checked.stderr and "DJANGO_SECRET_KEY is not set" in checked.stderr
+    # the chart's web command, two workers that restart when they die: it exits, it does not
+    # restart them for ever
     served = subprocess.run(
-        [sys.executable, "-m", "gunicorn", "controlplane.wsgi", "--bind=127.0.0.1:0"],
+        web_command(free_port(), workers=2),
         cwd=PROJECT_ROOT,
         env=env,
         capture_output=True,
@@ -68,7 +78,7 @@ def test_the_server_refuses_to_start_without_a_secret_key(tmp_path: Path) -> Non
 
 def test_a_tls_deployment_gets_secure_cookies_hsts_and_the_https_redirect(tmp_path: Path) -> None:
     env = clean_env(tmp_path, DJANGO_SECRET_KEY=new_secret_key(), DJANGO_HTTPS="true")
-    with gunicorn(env) as url:
+    with web_server(env) as url:
         plain = requests.get(f"{url}/api/", allow_redirects=False, timeout=10)
         assert plain.status_code == 301
         assert plain.headers["Location"] == f"https://{url.removeprefix('http://')}/api/"
@@ -85,7 +95,7 @@ def test_a_tls_deployment_gets_secure_cookies_hsts_and_the_https_redirect(tmp_pa
         assert cookie.secure
     # Plain http deployments (no DJANGO_HTTPS): no redirect, no HSTS.
     env.pop("DJANGO_HTTPS")
-    with gunicorn(env) as url:
+    with web_server(env) as url:
         page = requests.get(f"{url}/login/", allow_redirects=False, timeout=10)
         assert page.status_code == 200
         assert "Strict-Transport-Security" not in page.headers

@@ -25,7 +25,7 @@ from controlplane.audit.rejections import (
 )
 from tests.api.conftest import Lineage
 from tests.e2e.harness import database_url
-from tests.security.servers import clean_env, gunicorn, new_secret_key
+from tests.security.servers import clean_env, new_secret_key, web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
 PASSWORD = "correct horse battery staple"
@@ -114,7 +114,7 @@ def test_sign_ins_naming_nobody_and_anonymous_requests_are_counted_not_audited(
 def test_a_lockout_holds_across_servers_sharing_redis(
     live_server: Any, postgresql_db: None, redis_url: str, tmp_path: Path, settings: Any
 ) -> None:
-    """Two gunicorn servers (two replicas, two workers each) on one database and one Redis
+    """Two web servers (two replicas, two workers each) on one database and one Redis
     (CACHE_URL): failures on one lock the user out on the other."""
     user_create(username="bea", role="viewer", password=PASSWORD)
     env = clean_env(
@@ -131,7 +131,7 @@ def test_a_lockout_holds_across_servers_sharing_redis(
 
     forget()
     try:
-        with gunicorn(env, workers=2) as first, gunicorn(env, workers=2) as second:
+        with web_server(env, workers=2) as first, web_server(env, workers=2) as second:
             for attempt in range(settings.AXES_FAILURE_LIMIT):
                 server = first if attempt % 2 else second
                 sign_in(server, "bea", f"guess {attempt}")
