@@ -28,6 +28,7 @@ import cProfile
 import json
 import os
 import pstats
+import random
 import secrets
 import time
 from typing import Any
@@ -93,24 +94,30 @@ def part_of(filename: str) -> str:
     return "other"
 
 
-def profile(client: Any, path: str, headers: dict[str, str], n: int) -> dict[str, Any]:
+def profile(client: Any, path: str | list[str], headers: dict[str, str], n: int) -> dict[str, Any]:
+    """`n` requests of `path` (or of the paths in turn, as `bench.api`'s random pages)."""
     from django.db import connection
 
-    for _ in range(3):  # warm caches (application ids, compiled templates)
-        client.get(path, **headers)
+    paths = [path] if isinstance(path, str) else path
+    for warm in paths[:3]:  # warm caches (application ids, compiled templates)
+        client.get(warm, **headers)
     statements = [0]
 
     def count(execute: Any, sql: Any, params: Any, many: Any, context: Any) -> Any:
         statements[0] += 1
         return execute(sql, params, many, context)
 
+    plain = time.process_time()  # the same requests without the profiler's overhead
+    for i in range(n):
+        client.get(paths[i % len(paths)], **headers)
+    plain = time.process_time() - plain
     profiler = cProfile.Profile()
     wall, cpu = time.perf_counter(), time.process_time()
     status = 0
     with connection.execute_wrapper(count):
         profiler.enable()
-        for _ in range(n):
-            status = client.get(path, **headers).status_code
+        for i in range(n):
+            status = client.get(paths[i % len(paths)], **headers).status_code
         profiler.disable()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     queries = statements[0] / n
@@ -123,6 +130,7 @@ def profile(client: Any, path: str, headers: dict[str, str], n: int) -> dict[str
         "status": status,
         "wall_ms": round(wall * 1000 / n, 2),
         "cpu_ms": round(cpu * 1000 / n, 2),
+        "cpu_ms_unprofiled": round(plain * 1000 / n, 2),
         "queries": round(queries, 2),
         # cProfile's own overhead inflates the parts alike: they are shares of the CPU time.
         "parts_ms": {k: round(v / total * cpu * 1000 / n, 2) for k, v in sorted(parts.items())},
@@ -135,7 +143,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--branches", type=int, default=100)
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--no-response-cache",
+        action="store_true",
+        help="EPOCHAL_RESPONSE_CACHE_BYTES=0: every request builds its answer",
+    )
     args = parser.parse_args(argv)
+    if args.no_response_cache:
+        os.environ["EPOCHAL_RESPONSE_CACHE_BYTES"] = "0"
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     os.environ["DJANGO_DEBUG"] = "false"
@@ -161,7 +176,8 @@ def main(argv: list[str] | None = None) -> int:
         Run.objects.create(job=job, run_id="r1", runner="local", parallelism=2, spec={})
         app, branch = facts["application"], facts["branches"][len(facts["branches"]) // 2]
         low, high = facts["pk_range"]
-        endpoints = {
+        rng = random.Random(args.seed)
+        endpoints: dict[str, str | list[str]] = {
             "healthz": "/healthz",
             "job": f"/api/jobs/{JOB}/",
             "operation": f"/api/operations/{operation.pk}/",
@@ -170,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"/api/applications/{app}/snapshots/?rev=heads/{branch}&limit=50&first_parent=true"
             ),
             "lineage": f"/api/applications/{app}/lineage/?limit=100&cursor={(low + high) // 2}",
+            # As bench.api asks it: a random cursor each time, which no kept answer serves.
+            "lineage_random": [
+                f"/api/applications/{app}/lineage/?limit=100&cursor={rng.randint(low + 100, high)}"
+                for _ in range(args.requests)
+            ],
             "branches": f"/api/applications/{app}/branches/",
             "jobs": "/api/jobs/",
             "operations": "/api/operations/",
@@ -182,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
             headers = {} if name == "healthz" else auth
             result[name] = profile(client, path, headers, args.requests)
             log(f"{name}: {result[name]}")
-            etag = client.get(path, **headers).get("ETag")
+            etag = client.get(path, **headers).get("ETag") if isinstance(path, str) else None
             if etag:
                 result[f"{name}_304"] = profile(
                     client, path, {**headers, "HTTP_IF_NONE_MATCH": etag}, args.requests
@@ -194,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     result["loadavg_1m_before"] = round(load_before, 2)
     result["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
     result["cpus"] = os.cpu_count()
+    result["response_cache"] = not args.no_response_cache
     print(json.dumps(result))
     return 0
 
