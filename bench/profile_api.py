@@ -95,12 +95,13 @@ def part_of(filename: str) -> str:
 
 
 def profile(client: Any, path: str | list[str], headers: dict[str, str], n: int) -> dict[str, Any]:
-    """`n` requests of `path` (or of the paths in turn, as `bench.api`'s random pages)."""
+    """`n` requests of `path`, or of distinct paths (as `bench.api`'s random pages): the
+    warm-up, the unprofiled pass and the profiled pass each ask paths the others did not."""
     from django.db import connection
 
     paths = [path] if isinstance(path, str) else path
-    for warm in paths[:3]:  # warm caches (application ids, compiled templates)
-        client.get(warm, **headers)
+    for i in range(3):  # warm caches (application ids, compiled templates)
+        client.get(paths[(2 * n + i) % len(paths)], **headers)
     statements = [0]
 
     def count(execute: Any, sql: Any, params: Any, many: Any, context: Any) -> Any:
@@ -109,7 +110,7 @@ def profile(client: Any, path: str | list[str], headers: dict[str, str], n: int)
 
     plain = time.process_time()  # the same requests without the profiler's overhead
     for i in range(n):
-        client.get(paths[i % len(paths)], **headers)
+        client.get(paths[(n + i) % len(paths)], **headers)
     plain = time.process_time() - plain
     profiler = cProfile.Profile()
     wall, cpu = time.perf_counter(), time.process_time()
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             # As bench.api asks it: a random cursor each time, which no kept answer serves.
             "lineage_random": [
                 f"/api/applications/{app}/lineage/?limit=100&cursor={rng.randint(low + 100, high)}"
-                for _ in range(args.requests)
+                for _ in range(2 * args.requests + 3)
             ],
             "branches": f"/api/applications/{app}/branches/",
             "jobs": "/api/jobs/",
