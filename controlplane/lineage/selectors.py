@@ -351,28 +351,36 @@ def snapshot_merge_base(*, application: Application, a: str, b: str) -> Snapshot
 # -- graph page and refs --------------------------------------------------------------------
 
 
-def lineage_graph_page(
-    *, application: Application, limit: int = 200, cursor: str | None = None
-) -> GraphPage:
-    """The `limit` most recently indexed snapshots (before `cursor`) with their parent edges
-    and the branches and tags that point at them."""
-    limit = _check_limit(limit)
+def _graph_where(application: Application, cursor: str | None) -> tuple[str, list[Any]]:
     where, params = "application_id = %s", [application.pk]
     if cursor is not None:
         if not cursor.isdigit():
             raise InvalidCursorError(cursor)
         where += " AND id < %s"
         params.append(int(cursor))
-    refs_sql = (
-        f"SELECT head_id AS target, 'heads/' || name AS ref FROM {_BRANCH} "
-        "WHERE application_id = %s AND head_id IS NOT NULL UNION ALL "
-        f"SELECT target_id, 'tags/' || name FROM {_TAG} "
-        "WHERE application_id = %s AND target_id IS NOT NULL"
-    )
+    return where, params
+
+
+# The branches and tags of an application as (target snapshot pk, "heads/…" / "tags/…").
+_REFS_SQL = (
+    f"SELECT head_id AS target, 'heads/' || name AS ref FROM {_BRANCH} "
+    "WHERE application_id = %s AND head_id IS NOT NULL UNION ALL "
+    f"SELECT target_id, 'tags/' || name FROM {_TAG} "
+    "WHERE application_id = %s AND target_id IS NOT NULL"
+)
+
+
+def lineage_graph_page(
+    *, application: Application, limit: int = 200, cursor: str | None = None
+) -> GraphPage:
+    """The `limit` most recently indexed snapshots (before `cursor`) with their parent edges
+    and the branches and tags that point at them."""
+    limit = _check_limit(limit)
+    where, params = _graph_where(application, cursor)
     # The page and the refs pointing into it in one statement (a row per ref).
     sql = (
         f"SELECT s.*, r.ref FROM (SELECT {summary_columns()} FROM {_SNAPSHOT} WHERE {where} "
-        f"ORDER BY id DESC LIMIT %s) AS s LEFT JOIN ({refs_sql}) AS r ON r.target = s.id "
+        f"ORDER BY id DESC LIMIT %s) AS s LEFT JOIN ({_REFS_SQL}) AS r ON r.target = s.id "
         "ORDER BY s.id DESC, r.ref"
     )
     with connection.cursor() as cursor:
@@ -397,6 +405,109 @@ def lineage_graph_page(
     ]
     pks = [pk for pk, _ in rows]
     return GraphPage(snapshots, edges, refs, str(pks[-1]) if more and pks else None)
+
+
+@dataclass(frozen=True)
+class GraphPageJson:
+    """A `GraphPage` as the JSON text the API renders, built by PostgreSQL: the items of
+    `results` (the snapshot summaries with their `url`s) and of `edges`, and the members of
+    `refs`, each comma-separated without the enclosing brackets, in the page's orders."""
+
+    results: str
+    edges: str
+    refs: str
+    next_cursor: str | None
+
+
+def _json_text(value: str) -> str:
+    """SQL for the compact JSON text of `value` (as Python's `json.dumps` writes it)."""
+    return f"to_json({value})::text"
+
+
+# `_iso` of the API's serializers: ISO 8601 in UTC with a `Z`, microseconds only when not 0.
+_ISO_CREATED = (
+    "to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || "
+    "CASE to_char(s.created_at AT TIME ZONE 'UTC', 'US') WHEN '000000' THEN '' "
+    "ELSE '.' || to_char(s.created_at AT TIME ZONE 'UTC', 'US') END || 'Z'"
+)
+_SUMMARY_JSON_FIELDS = (
+    ("snapshot_id", _json_text("s.snapshot_id")),
+    ("url", _json_text("%s || s.snapshot_id || '/'")),
+    ("branch", _json_text("s.branch")),
+    ("epoch", "s.epoch::text"),
+    ("kind", _json_text("s.kind")),
+    ("parallelism", "s.parallelism::text"),
+    ("max_parallelism", "s.max_parallelism::text"),
+    ("code_version", _json_text("s.code_version")),
+    ("config_hash", _json_text("s.config_hash")),
+    ("operation_id", _json_text("s.operation_id")),
+    ("created_at", "'\"' || " + _ISO_CREATED + " || '\"'"),
+    ("generation", "s.generation::text"),
+    (
+        "parents",
+        "'[' || COALESCE((SELECT string_agg(to_json(p.parent)::text, ',' ORDER BY p.n) "
+        "FROM jsonb_array_elements_text(s.parent_ids) WITH ORDINALITY AS p(parent, n)), '') "
+        "|| ']'",
+    ),
+)
+
+
+def _summary_json_sql() -> str:
+    """SQL for one snapshot's summary (of the page row `s`) as compact JSON text, the keys in
+    `snapshot_summaries`' order; its one placeholder is the URL prefix."""
+    parts = []
+    for n, (name, value) in enumerate(_SUMMARY_JSON_FIELDS):
+        parts.append(f"'{'{' if n == 0 else ','}\"{name}\":' || {value}")
+    return " || ".join(parts) + " || '}'"
+
+
+def lineage_graph_page_json(
+    *, application: Application, url_prefix: str, limit: int = 200, cursor: str | None = None
+) -> GraphPageJson | None:
+    """`lineage_graph_page` as JSON text built in one PostgreSQL statement (None on other
+    databases: the caller renders `lineage_graph_page`). Every snapshot's `url` is
+    `url_prefix` + its id + ``/``.
+
+    The rows never become Python objects: a page of 100 snapshots was ~4 ms of the server's
+    CPU through summaries, dicts and the JSON encoder, and the statement builds the same text
+    (held equal, byte for byte, to the rendered `lineage_graph_page` by the tests).
+    """
+    if connection.vendor != "postgresql":
+        return None
+    limit = _check_limit(limit)
+    where, params = _graph_where(application, cursor)
+    sql = f"""
+        WITH page AS MATERIALIZED (
+            SELECT id, snapshot_id, branch, epoch, kind, parallelism, max_parallelism,
+                   code_version, config_hash, operation_id, created_at, generation, parent_ids
+            FROM {_SNAPSHOT} WHERE {where} ORDER BY id DESC LIMIT %s
+        ), shown AS MATERIALIZED (
+            SELECT * FROM page ORDER BY id DESC LIMIT %s
+        )
+        SELECT
+            (SELECT count(*) FROM page),
+            (SELECT min(id) FROM shown),
+            (SELECT string_agg({_summary_json_sql()}, ',' ORDER BY s.id DESC) FROM shown s),
+            (SELECT string_agg(
+                '{{"child":' || to_json(s.snapshot_id)::text || ',"parent":'
+                || to_json(p.parent)::text || ',"position":' || (p.n - 1)::text || '}}',
+                ',' ORDER BY s.id DESC, p.n)
+             FROM shown s CROSS JOIN LATERAL
+                jsonb_array_elements_text(s.parent_ids) WITH ORDINALITY AS p(parent, n)),
+            (SELECT string_agg(to_json(t.snapshot_id)::text || ':[' || t.refs || ']', ','
+                               ORDER BY t.id DESC)
+             FROM (SELECT s.id, s.snapshot_id,
+                          string_agg(to_json(r.ref)::text, ',' ORDER BY r.ref) AS refs
+                   FROM shown s JOIN ({_REFS_SQL}) AS r ON r.target = s.id
+                   GROUP BY s.id, s.snapshot_id) AS t)
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, limit + 1, limit, url_prefix, application.pk, application.pk])
+        count, last, results, edges, refs = cursor.fetchone()
+    more = count > limit
+    return GraphPageJson(
+        results or "", edges or "", refs or "", str(last) if more and last is not None else None
+    )
 
 
 def branch_list(*, application: Application, include_deleted: bool = False) -> list[Branch]:
