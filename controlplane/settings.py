@@ -282,7 +282,7 @@ EPOCHAL_WATCH_SLOTS = int(config.env("EPOCHAL_WATCH_SLOTS", "24"))
 # Rendered answers of conditional reads kept per server process by ETag, at most this many
 # bytes (controlplane/api/response_cache.py; 0: off).
 EPOCHAL_RESPONSE_CACHE_BYTES = config.env_int("EPOCHAL_RESPONSE_CACHE_BYTES", 16 * 1024 * 1024)
-# Pages whose JSON PostgreSQL builds (the lineage graph; controlplane/api/prerendered.py);
+# Pages whose JSON PostgreSQL builds (lineage graph, log; controlplane/api/prerendered.py);
 # false renders them in Python as on SQLite (same bytes, more server CPU).
 EPOCHAL_PRERENDERED_JSON = config.env_bool("EPOCHAL_PRERENDERED_JSON", True)
 EPOCHAL_AUDIT_READS = config.env_bool("EPOCHAL_AUDIT_READS", False)

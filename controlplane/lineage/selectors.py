@@ -288,6 +288,38 @@ def snapshot_log_page(start: LogStart, *, limit: int = 100, cursor: str | None =
     return LogPage(snapshots, next_cursor)
 
 
+@dataclass(frozen=True)
+class LogPageJson:
+    """A `LogPage` with each snapshot as (id, JSON text of its summary's members after
+    `url`, built by PostgreSQL: `snapshot_summaries_json` completes them)."""
+
+    rows: list[tuple[str, str]]
+    next_cursor: str | None
+
+
+def snapshot_log_page_json(
+    start: LogStart, *, limit: int = 100, cursor: str | None = None
+) -> LogPageJson | None:
+    """`snapshot_log_page` with the summaries as JSON text built by the same statements
+    (None on databases other than PostgreSQL: the caller renders `snapshot_log_page`)."""
+    if connection.vendor != "postgresql":
+        return None
+    limit = _check_limit(limit)
+    after = _parse_cursor(cursor)
+    text = _summary_json_sql(head=False)
+    if start.first_parent:
+        found = _first_parent_select(
+            start.path, limit + 1, after, f"id, generation, snapshot_id, {text}"
+        )
+    else:
+        found = _ancestor_rows(start.reach, limit + 1, after, text=text)
+    more = len(found) > limit
+    rows = found[:limit]
+    tail = rows[-1] if rows else None
+    next_cursor = f"{tail[1]}:{tail[2]}" if more and tail else None
+    return LogPageJson([(row[2], row[3]) for row in rows], next_cursor)
+
+
 def snapshot_log(
     *,
     application: Application,
@@ -426,38 +458,44 @@ def _json_text(value: str) -> str:
 
 # `_iso` of the API's serializers: ISO 8601 in UTC with a `Z`, microseconds only when not 0.
 _ISO_CREATED = (
-    "to_char(s.created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || "
-    "CASE to_char(s.created_at AT TIME ZONE 'UTC', 'US') WHEN '000000' THEN '' "
-    "ELSE '.' || to_char(s.created_at AT TIME ZONE 'UTC', 'US') END || 'Z'"
+    "to_char({a}created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || "
+    "CASE to_char({a}created_at AT TIME ZONE 'UTC', 'US') WHEN '000000' THEN '' "
+    "ELSE '.' || to_char({a}created_at AT TIME ZONE 'UTC', 'US') END || 'Z'"
 )
+# (key, SQL for its JSON text) of `snapshot_summaries`, in its order; `{a}` is the alias.
 _SUMMARY_JSON_FIELDS = (
-    ("snapshot_id", _json_text("s.snapshot_id")),
-    ("url", _json_text("%s || s.snapshot_id || '/'")),
-    ("branch", _json_text("s.branch")),
-    ("epoch", "s.epoch::text"),
-    ("kind", _json_text("s.kind")),
-    ("parallelism", "s.parallelism::text"),
-    ("max_parallelism", "s.max_parallelism::text"),
-    ("code_version", _json_text("s.code_version")),
-    ("config_hash", _json_text("s.config_hash")),
-    ("operation_id", _json_text("s.operation_id")),
+    ("snapshot_id", _json_text("{a}snapshot_id")),
+    ("url", _json_text("%s::text || {a}snapshot_id || '/'")),
+    ("branch", _json_text("{a}branch")),
+    ("epoch", "{a}epoch::text"),
+    ("kind", _json_text("{a}kind")),
+    ("parallelism", "{a}parallelism::text"),
+    ("max_parallelism", "{a}max_parallelism::text"),
+    ("code_version", _json_text("{a}code_version")),
+    ("config_hash", _json_text("{a}config_hash")),
+    ("operation_id", _json_text("{a}operation_id")),
     ("created_at", "'\"' || " + _ISO_CREATED + " || '\"'"),
-    ("generation", "s.generation::text"),
+    ("generation", "{a}generation::text"),
     (
         "parents",
         "'[' || COALESCE((SELECT string_agg(to_json(p.parent)::text, ',' ORDER BY p.n) "
-        "FROM jsonb_array_elements_text(s.parent_ids) WITH ORDINALITY AS p(parent, n)), '') "
+        "FROM jsonb_array_elements_text({a}parent_ids) WITH ORDINALITY AS p(parent, n)), '') "
         "|| ']'",
     ),
 )
 
 
-def _summary_json_sql() -> str:
-    """SQL for one snapshot's summary (of the page row `s`) as compact JSON text, the keys in
-    `snapshot_summaries`' order; its one placeholder is the URL prefix."""
+def _summary_json_sql(alias: str = "", *, head: bool = True) -> str:
+    """SQL for a snapshot's summary (of the table aliased `alias`) as compact JSON text, the
+    keys in `snapshot_summaries`' order. With `head` the whole object, whose one placeholder
+    is the URL prefix; without, the members after `url` and the closing brace (the caller
+    writes ``{"snapshot_id":…,"url":…,`` in front: `snapshot_summaries_json`)."""
+    fields = _SUMMARY_JSON_FIELDS if head else _SUMMARY_JSON_FIELDS[2:]
+    a = f"{alias}." if alias else ""
     parts = []
-    for n, (name, value) in enumerate(_SUMMARY_JSON_FIELDS):
-        parts.append(f"'{'{' if n == 0 else ','}\"{name}\":' || {value}")
+    for n, (name, value) in enumerate(fields):
+        opening = "{" if head and n == 0 else "," if n else ""
+        parts.append(f"'{opening}\"{name}\":' || {value.format(a=a)}")
     return " || ".join(parts) + " || '}'"
 
 
@@ -487,7 +525,7 @@ def lineage_graph_page_json(
         SELECT
             (SELECT count(*) FROM page),
             (SELECT min(id) FROM shown),
-            (SELECT string_agg({_summary_json_sql()}, ',' ORDER BY s.id DESC) FROM shown s),
+            (SELECT string_agg({_summary_json_sql("s")}, ',' ORDER BY s.id DESC) FROM shown s),
             (SELECT string_agg(
                 '{{"child":' || to_json(s.snapshot_id)::text || ',"parent":'
                 || to_json(p.parent)::text || ',"position":' || (p.n - 1)::text || '}}',
@@ -614,9 +652,11 @@ def _ancestor_rows(
     after: tuple[int, str] | None,
     *,
     summaries: bool = False,
+    text: str = "",
 ) -> list[tuple[Any, ...]]:
-    """(pk, generation, snapshot id[, summary columns…]) of the first `limit` snapshots of
-    the history `reach` after `after`, ordered by generation descending then id.
+    """(pk, generation, snapshot id[, summary columns…][, `text`]) of the first `limit`
+    snapshots of the history `reach` after `after`, ordered by generation descending then
+    id (`text`: one more column, SQL over the snapshot table's own columns).
 
     Each chain of the history contributes an index range. Chains are read in order of their
     highest reachable generation, a batch per statement, and reading stops once no unread
@@ -624,6 +664,8 @@ def _ancestor_rows(
     """
     ranges = sorted(reach.items(), key=lambda item: -item[1])
     columns = "id, generation, snapshot_id" + (f", {summary_columns()}" if summaries else "")
+    columns += f", {text}" if text else ""
+    columns = columns.replace("{", "{{").replace("}", "}}")  # the term is a format string
     term = (
         f"SELECT * FROM (SELECT {columns} FROM {_SNAPSHOT} "
         "WHERE chain_id = %s AND generation <= %s{extra} "
@@ -668,14 +710,22 @@ def _first_parent_rows(
     statement reads as many segments as can fill the page; a merge-shortened segment
     costs at most one more statement.
     """
+    return [_summary(row) for row in _first_parent_select(path, limit, after, summary_columns())]
+
+
+def _first_parent_select(
+    path: Sequence[tuple[int, int, int]], limit: int, after: tuple[int, str] | None, columns: str
+) -> list[tuple[Any, ...]]:
+    """`columns` (then the segment's number) of `_first_parent_rows`' snapshots, in order."""
     segments = []
     for chain, generation, root in path:
         top = generation if after is None else min(generation, after[0] - 1)
         if top >= root:
             segments.append((chain, top, root))
-    rows: list[SnapshotSummary] = []
+    rows: list[tuple[Any, ...]] = []
+    columns = columns.replace("{", "{{").replace("}", "}}")  # the term is a format string
     term = (
-        f"SELECT * FROM (SELECT {summary_columns()}, %s AS segment FROM {_SNAPSHOT} "
+        f"SELECT * FROM (SELECT {columns}, %s AS segment FROM {_SNAPSHOT} "
         "WHERE chain_id = %s AND generation <= %s ORDER BY generation DESC LIMIT %s) AS q{n}"
     )
     index = 0
@@ -690,7 +740,9 @@ def _first_parent_rows(
             capacity += top - root + 1
             index += 1
         sql = " UNION ALL ".join(terms) + " ORDER BY segment, generation DESC LIMIT %s"
-        rows.extend(s for _, s in _summaries(sql, [*params, need]))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, need])
+            rows.extend(cursor.fetchall())
     return rows
 
 

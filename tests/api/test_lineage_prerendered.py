@@ -114,3 +114,46 @@ def test_the_browsable_api_and_indented_json_take_the_rendered_path(
     assert json.loads(indented.content) == plain
     html = viewer.get(PAGE + "?limit=2", HTTP_ACCEPT="text/html")
     assert html.status_code == 200 and html["Content-Type"].startswith("text/html")
+
+
+LOG = "/api/applications/clicks/snapshots/"
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "?rev=heads/exp&limit=2",
+        "?rev=heads/exp&limit=2&first_parent=true",
+        "?rev=main&limit=1000",
+        "?rev=tags/sp-1&first_parent=1&limit=1",
+        "",
+    ],
+)
+def test_the_prerendered_log_is_byte_for_byte_the_rendered_one(
+    awkward: Lineage, client_for: Client, settings: Any, query: str
+) -> None:
+    settings.EPOCHAL_RESPONSE_CACHE_BYTES = 0
+    viewer = client_for("viewer")
+    settings.EPOCHAL_PRERENDERED_JSON = True
+    fast = _pages(viewer, LOG + query)
+    settings.EPOCHAL_PRERENDERED_JSON = False
+    python = _pages(viewer, LOG + query)
+    assert fast == python
+    results = [s for body in python for s in json.loads(body)["results"]]
+    urls = {s["url"] for s in results}
+    assert results and urls == {f"http://testserver{LOG}{s['snapshot_id']}/" for s in results}
+    if "exp" in query:
+        assert [s["snapshot_id"] for s in results] == [*awkward.fork[::-1], *awkward.main[1::-1]]
+
+
+def test_the_log_json_comes_from_postgresql_only(awkward: Lineage) -> None:
+    start = selectors.snapshot_log_start(
+        application=awkward.application, rev="heads/exp", first_parent=False
+    )
+    built = selectors.snapshot_log_page_json(start, limit=3)
+    page = selectors.snapshot_log_page(start, limit=3)
+    if connection.vendor != "postgresql":
+        assert built is None
+        return
+    assert built is not None and built.next_cursor == page.next_cursor
+    assert [sid for sid, _ in built.rows] == [s.snapshot_id for s in page.snapshots]

@@ -38,6 +38,7 @@ from controlplane.api.serializers import (
     SnapshotSummarySerializer,
     TagSerializer,
     snapshot_summaries,
+    snapshot_summaries_json,
     snapshot_url_prefix,
 )
 from controlplane.applications.models import Application
@@ -152,8 +153,18 @@ class SnapshotLogView(ApiView):
         kept = cached(request, etag)
         if kept is not None:
             return kept
+        prefix = snapshot_url_prefix(request, name)
+        if accepts_prerendered(request):
+            text = selectors.snapshot_log_page_json(start, limit=limit, cursor=cursor)
+            if text is not None:  # PostgreSQL built the summaries' JSON
+                links = page_response_data(request, [], text.next_cursor)
+                response = prerendered_json(
+                    {"next": links["next"], "previous": links["previous"]},
+                    {"results": snapshot_summaries_json(text.rows, prefix)},
+                )
+                return remember(request, tag(response, etag), etag)
         page = selectors.snapshot_log_page(start, limit=limit, cursor=cursor)
-        data = snapshot_summaries(page.snapshots, snapshot_url_prefix(request, name))
+        data = snapshot_summaries(page.snapshots, prefix)
         response = Response(page_response_data(request, data, page.next_cursor))
         return remember(request, tag(response, etag), etag)
 
