@@ -240,7 +240,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.HasRole"],
     "DEFAULT_PARSER_CLASSES": ["controlplane.api.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": [
-        "rest_framework.renderers.JSONRenderer",
+        "controlplane.api.renderers.FastJSONRenderer",  # DRF's JSONRenderer with orjson
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
