@@ -31,6 +31,7 @@ import pstats
 import random
 import secrets
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.api import JOB, log, prepare, scratch_database
@@ -108,10 +109,18 @@ def profile(client: Any, path: str | list[str], headers: dict[str, str], n: int)
         statements[0] += 1
         return execute(sql, params, many, context)
 
+    backend = _backend_cpu_s()
     plain = time.process_time()  # the same requests without the profiler's overhead
     for i in range(n):
         client.get(paths[(n + i) % len(paths)], **headers)
     plain = time.process_time() - plain
+    backend_after = _backend_cpu_s()
+    # None when the connection was replaced between (its age passed CONN_MAX_AGE)
+    db_ms = (
+        round((backend_after[1] - backend[1]) * 1000 / n, 2)
+        if backend[0] and backend[0] == backend_after[0]
+        else None
+    )
     profiler = cProfile.Profile()
     wall, cpu = time.perf_counter(), time.process_time()
     status = 0
@@ -132,10 +141,30 @@ def profile(client: Any, path: str | list[str], headers: dict[str, str], n: int)
         "wall_ms": round(wall * 1000 / n, 2),
         "cpu_ms": round(cpu * 1000 / n, 2),
         "cpu_ms_unprofiled": round(plain * 1000 / n, 2),
+        # The database server's side of the same (unprofiled) requests: PostgreSQL's backend
+        # process for this connection, from /proc (None elsewhere).
+        "db_cpu_ms_unprofiled": db_ms,
         "queries": round(queries, 2),
         # cProfile's own overhead inflates the parts alike: they are shares of the CPU time.
         "parts_ms": {k: round(v / total * cpu * 1000 / n, 2) for k, v in sorted(parts.items())},
     }
+
+
+def _backend_cpu_s() -> tuple[int, float]:
+    """(pid, CPU seconds) of the PostgreSQL backend serving this process's connection
+    ((0, 0.0) when the database is not a local PostgreSQL)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return 0, 0.0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = int(cursor.fetchone()[0])
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0, 0.0
+    return pid, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:
