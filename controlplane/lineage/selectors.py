@@ -306,12 +306,11 @@ def snapshot_log_page_json(
         return None
     limit = _check_limit(limit)
     after = _parse_cursor(cursor)
-    text = _summary_json_sql(head=False)
-    if start.first_parent:
-        found = _first_parent_select(
-            start.path, limit + 1, after, f"id, generation, snapshot_id, {text}"
-        )
+    if start.first_parent:  # its statements read about the page's rows and no more
+        columns = f"id, generation, snapshot_id, {_summary_json_sql(head=False)}"
+        found = _first_parent_select(start.path, limit + 1, after, columns)
     else:
+        text = _summary_json_sql("s", head=False)
         found = _ancestor_rows(start.reach, limit + 1, after, text=text)
     more = len(found) > limit
     rows = found[:limit]
@@ -656,7 +655,8 @@ def _ancestor_rows(
 ) -> list[tuple[Any, ...]]:
     """(pk, generation, snapshot id[, summary columns…][, `text`]) of the first `limit`
     snapshots of the history `reach` after `after`, ordered by generation descending then
-    id (`text`: one more column, SQL over the snapshot table's own columns).
+    id (`text`: one more column, SQL over the snapshot row aliased `s`, computed only for
+    the rows a statement keeps).
 
     Each chain of the history contributes an index range. Chains are read in order of their
     highest reachable generation, a batch per statement, and reading stops once no unread
@@ -664,8 +664,6 @@ def _ancestor_rows(
     """
     ranges = sorted(reach.items(), key=lambda item: -item[1])
     columns = "id, generation, snapshot_id" + (f", {summary_columns()}" if summaries else "")
-    columns += f", {text}" if text else ""
-    columns = columns.replace("{", "{{").replace("}", "}}")  # the term is a format string
     term = (
         f"SELECT * FROM (SELECT {columns} FROM {_SNAPSHOT} "
         "WHERE chain_id = %s AND generation <= %s{extra} "
@@ -690,9 +688,13 @@ def _ancestor_rows(
                     params += [after[0], after[0], after[1]]
                 params.append(limit)
                 terms.append(term.format(extra=extra, n=n))
-            cursor.execute(
-                " UNION ALL ".join(terms) + " ORDER BY 2 DESC, 3 LIMIT %s", [*params, limit]
-            )
+            sql = " UNION ALL ".join(terms) + " ORDER BY 2 DESC, 3 LIMIT %s"
+            if text:  # after the LIMIT: not for every candidate row of every range
+                sql = (
+                    f"SELECT q.id, q.generation, q.snapshot_id, {text} FROM ({sql}) AS q "
+                    f"JOIN {_SNAPSHOT} s ON s.id = q.id"
+                )
+            cursor.execute(sql, [*params, limit])
             found.extend(cursor.fetchall())
             found.sort(key=lambda row: (-row[1], row[2]))
             del found[limit:]
