@@ -28,8 +28,10 @@ import cProfile
 import json
 import os
 import pstats
+import random
 import secrets
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.api import JOB, log, prepare, scratch_database
@@ -93,24 +95,39 @@ def part_of(filename: str) -> str:
     return "other"
 
 
-def profile(client: Any, path: str, headers: dict[str, str], n: int) -> dict[str, Any]:
+def profile(client: Any, path: str | list[str], headers: dict[str, str], n: int) -> dict[str, Any]:
+    """`n` requests of `path`, or of distinct paths (as `bench.api`'s random pages): the
+    warm-up, the unprofiled pass and the profiled pass each ask paths the others did not."""
     from django.db import connection
 
-    for _ in range(3):  # warm caches (application ids, compiled templates)
-        client.get(path, **headers)
+    paths = [path] if isinstance(path, str) else path
+    for i in range(3):  # warm caches (application ids, compiled templates)
+        client.get(paths[(2 * n + i) % len(paths)], **headers)
     statements = [0]
 
     def count(execute: Any, sql: Any, params: Any, many: Any, context: Any) -> Any:
         statements[0] += 1
         return execute(sql, params, many, context)
 
+    backend = _backend_cpu_s()
+    plain = time.process_time()  # the same requests without the profiler's overhead
+    for i in range(n):
+        client.get(paths[(n + i) % len(paths)], **headers)
+    plain = time.process_time() - plain
+    backend_after = _backend_cpu_s()
+    # None when the connection was replaced between (its age passed CONN_MAX_AGE)
+    db_ms = (
+        round((backend_after[1] - backend[1]) * 1000 / n, 2)
+        if backend[0] and backend[0] == backend_after[0]
+        else None
+    )
     profiler = cProfile.Profile()
     wall, cpu = time.perf_counter(), time.process_time()
     status = 0
     with connection.execute_wrapper(count):
         profiler.enable()
-        for _ in range(n):
-            status = client.get(path, **headers).status_code
+        for i in range(n):
+            status = client.get(paths[i % len(paths)], **headers).status_code
         profiler.disable()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     queries = statements[0] / n
@@ -123,10 +140,31 @@ def profile(client: Any, path: str, headers: dict[str, str], n: int) -> dict[str
         "status": status,
         "wall_ms": round(wall * 1000 / n, 2),
         "cpu_ms": round(cpu * 1000 / n, 2),
+        "cpu_ms_unprofiled": round(plain * 1000 / n, 2),
+        # The database server's side of the same (unprofiled) requests: PostgreSQL's backend
+        # process for this connection, from /proc (None elsewhere).
+        "db_cpu_ms_unprofiled": db_ms,
         "queries": round(queries, 2),
         # cProfile's own overhead inflates the parts alike: they are shares of the CPU time.
         "parts_ms": {k: round(v / total * cpu * 1000 / n, 2) for k, v in sorted(parts.items())},
     }
+
+
+def _backend_cpu_s() -> tuple[int, float]:
+    """(pid, CPU seconds) of the PostgreSQL backend serving this process's connection
+    ((0, 0.0) when the database is not a local PostgreSQL)."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return 0, 0.0
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = int(cursor.fetchone()[0])
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0, 0.0
+    return pid, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +173,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--branches", type=int, default=100)
     parser.add_argument("--requests", type=int, default=50)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--no-response-cache",
+        action="store_true",
+        help="EPOCHAL_RESPONSE_CACHE_BYTES=0: every request builds its answer",
+    )
     args = parser.parse_args(argv)
+    if args.no_response_cache:
+        os.environ["EPOCHAL_RESPONSE_CACHE_BYTES"] = "0"
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     os.environ["DJANGO_DEBUG"] = "false"
@@ -161,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         Run.objects.create(job=job, run_id="r1", runner="local", parallelism=2, spec={})
         app, branch = facts["application"], facts["branches"][len(facts["branches"]) // 2]
         low, high = facts["pk_range"]
-        endpoints = {
+        rng = random.Random(args.seed)
+        endpoints: dict[str, str | list[str]] = {
             "healthz": "/healthz",
             "job": f"/api/jobs/{JOB}/",
             "operation": f"/api/operations/{operation.pk}/",
@@ -170,6 +216,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"/api/applications/{app}/snapshots/?rev=heads/{branch}&limit=50&first_parent=true"
             ),
             "lineage": f"/api/applications/{app}/lineage/?limit=100&cursor={(low + high) // 2}",
+            # As bench.api asks it: a random cursor each time, which no kept answer serves.
+            "lineage_random": [
+                f"/api/applications/{app}/lineage/?limit=100&cursor={rng.randint(low + 100, high)}"
+                for _ in range(2 * args.requests + 3)
+            ],
             "branches": f"/api/applications/{app}/branches/",
             "jobs": "/api/jobs/",
             "operations": "/api/operations/",
@@ -182,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             headers = {} if name == "healthz" else auth
             result[name] = profile(client, path, headers, args.requests)
             log(f"{name}: {result[name]}")
-            etag = client.get(path, **headers).get("ETag")
+            etag = client.get(path, **headers).get("ETag") if isinstance(path, str) else None
             if etag:
                 result[f"{name}_304"] = profile(
                     client, path, {**headers, "HTTP_IF_NONE_MATCH": etag}, args.requests
@@ -194,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     result["loadavg_1m_before"] = round(load_before, 2)
     result["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
     result["cpus"] = os.cpu_count()
+    result["response_cache"] = not args.no_response_cache
     print(json.dumps(result))
     return 0
 

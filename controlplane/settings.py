@@ -240,7 +240,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.HasRole"],
     "DEFAULT_PARSER_CLASSES": ["controlplane.api.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": [
-        "rest_framework.renderers.JSONRenderer",
+        "controlplane.api.renderers.FastJSONRenderer",  # DRF's JSONRenderer with orjson
         "rest_framework.renderers.BrowsableAPIRenderer",
     ],
     "EXCEPTION_HANDLER": "controlplane.api.errors.exception_handler",
@@ -283,6 +283,9 @@ EPOCHAL_WATCH_SLOTS = int(config.env("EPOCHAL_WATCH_SLOTS", "24"))
 # Rendered answers of conditional reads kept per server process by ETag, at most this many
 # bytes (controlplane/api/response_cache.py; 0: off).
 EPOCHAL_RESPONSE_CACHE_BYTES = config.env_int("EPOCHAL_RESPONSE_CACHE_BYTES", 16 * 1024 * 1024)
+# Pages whose JSON PostgreSQL builds (lineage graph, log; controlplane/api/prerendered.py);
+# false renders them in Python as on SQLite (same bytes, more server CPU).
+EPOCHAL_PRERENDERED_JSON = config.env_bool("EPOCHAL_PRERENDERED_JSON", True)
 EPOCHAL_AUDIT_READS = config.env_bool("EPOCHAL_AUDIT_READS", False)
 EPOCHAL_API_RATE = config.env("EPOCHAL_API_RATE", "100000/hour")
 EPOCHAL_METRICS_TOKEN = config.env("EPOCHAL_METRICS_TOKEN", "")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+import re
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.urls import reverse
@@ -211,6 +213,24 @@ def snapshot_summaries(items: Any, url_prefix: str) -> list[dict[str, Any]]:
         }
         for s in items
     ]
+
+
+def snapshot_summaries_json(rows: Sequence[tuple[str, str]], url_prefix: str) -> str:
+    """`snapshot_summaries` as JSON array text, from rows of (snapshot id, the JSON text of
+    the summary's members after `url`) that PostgreSQL built (`snapshot_log_page_json`)."""
+    prefix = json.dumps(url_prefix, ensure_ascii=False)[:-1]  # the opening quote, no closing
+    items = []
+    for sid, rest in rows:
+        if not _PLAIN_ID.fullmatch(sid):  # ids are 64-hex; anything else is escaped
+            quoted = json.dumps(sid, ensure_ascii=False)
+            url = json.dumps(f"{url_prefix}{sid}/", ensure_ascii=False)
+            items.append(f'{{"snapshot_id":{quoted},"url":{url},{rest}')
+        else:
+            items.append(f'{{"snapshot_id":"{sid}","url":{prefix}{sid}/",{rest}')
+    return "[" + ",".join(items) + "]"
+
+
+_PLAIN_ID = re.compile(r"[0-9a-f]{64}")
 
 
 def _iso(value: Any) -> str:

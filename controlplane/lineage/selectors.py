@@ -288,6 +288,37 @@ def snapshot_log_page(start: LogStart, *, limit: int = 100, cursor: str | None =
     return LogPage(snapshots, next_cursor)
 
 
+@dataclass(frozen=True)
+class LogPageJson:
+    """A `LogPage` with each snapshot as (id, JSON text of its summary's members after
+    `url`, built by PostgreSQL: `snapshot_summaries_json` completes them)."""
+
+    rows: list[tuple[str, str]]
+    next_cursor: str | None
+
+
+def snapshot_log_page_json(
+    start: LogStart, *, limit: int = 100, cursor: str | None = None
+) -> LogPageJson | None:
+    """`snapshot_log_page` with the summaries as JSON text built by the same statements
+    (None on databases other than PostgreSQL: the caller renders `snapshot_log_page`)."""
+    if connection.vendor != "postgresql":
+        return None
+    limit = _check_limit(limit)
+    after = _parse_cursor(cursor)
+    if start.first_parent:  # its statements read about the page's rows and no more
+        columns = f"id, generation, snapshot_id, {_summary_json_sql(head=False)}"
+        found = _first_parent_select(start.path, limit + 1, after, columns)
+    else:
+        text = _summary_json_sql("s", head=False)
+        found = _ancestor_rows(start.reach, limit + 1, after, text=text)
+    more = len(found) > limit
+    rows = found[:limit]
+    tail = rows[-1] if rows else None
+    next_cursor = f"{tail[1]}:{tail[2]}" if more and tail else None
+    return LogPageJson([(row[2], row[3]) for row in rows], next_cursor)
+
+
 def snapshot_log(
     *,
     application: Application,
@@ -351,28 +382,36 @@ def snapshot_merge_base(*, application: Application, a: str, b: str) -> Snapshot
 # -- graph page and refs --------------------------------------------------------------------
 
 
-def lineage_graph_page(
-    *, application: Application, limit: int = 200, cursor: str | None = None
-) -> GraphPage:
-    """The `limit` most recently indexed snapshots (before `cursor`) with their parent edges
-    and the branches and tags that point at them."""
-    limit = _check_limit(limit)
+def _graph_where(application: Application, cursor: str | None) -> tuple[str, list[Any]]:
     where, params = "application_id = %s", [application.pk]
     if cursor is not None:
         if not cursor.isdigit():
             raise InvalidCursorError(cursor)
         where += " AND id < %s"
         params.append(int(cursor))
-    refs_sql = (
-        f"SELECT head_id AS target, 'heads/' || name AS ref FROM {_BRANCH} "
-        "WHERE application_id = %s AND head_id IS NOT NULL UNION ALL "
-        f"SELECT target_id, 'tags/' || name FROM {_TAG} "
-        "WHERE application_id = %s AND target_id IS NOT NULL"
-    )
+    return where, params
+
+
+# The branches and tags of an application as (target snapshot pk, "heads/…" / "tags/…").
+_REFS_SQL = (
+    f"SELECT head_id AS target, 'heads/' || name AS ref FROM {_BRANCH} "
+    "WHERE application_id = %s AND head_id IS NOT NULL UNION ALL "
+    f"SELECT target_id, 'tags/' || name FROM {_TAG} "
+    "WHERE application_id = %s AND target_id IS NOT NULL"
+)
+
+
+def lineage_graph_page(
+    *, application: Application, limit: int = 200, cursor: str | None = None
+) -> GraphPage:
+    """The `limit` most recently indexed snapshots (before `cursor`) with their parent edges
+    and the branches and tags that point at them."""
+    limit = _check_limit(limit)
+    where, params = _graph_where(application, cursor)
     # The page and the refs pointing into it in one statement (a row per ref).
     sql = (
         f"SELECT s.*, r.ref FROM (SELECT {summary_columns()} FROM {_SNAPSHOT} WHERE {where} "
-        f"ORDER BY id DESC LIMIT %s) AS s LEFT JOIN ({refs_sql}) AS r ON r.target = s.id "
+        f"ORDER BY id DESC LIMIT %s) AS s LEFT JOIN ({_REFS_SQL}) AS r ON r.target = s.id "
         "ORDER BY s.id DESC, r.ref"
     )
     with connection.cursor() as cursor:
@@ -397,6 +436,115 @@ def lineage_graph_page(
     ]
     pks = [pk for pk, _ in rows]
     return GraphPage(snapshots, edges, refs, str(pks[-1]) if more and pks else None)
+
+
+@dataclass(frozen=True)
+class GraphPageJson:
+    """A `GraphPage` as the JSON text the API renders, built by PostgreSQL: the items of
+    `results` (the snapshot summaries with their `url`s) and of `edges`, and the members of
+    `refs`, each comma-separated without the enclosing brackets, in the page's orders."""
+
+    results: str
+    edges: str
+    refs: str
+    next_cursor: str | None
+
+
+def _json_text(value: str) -> str:
+    """SQL for the compact JSON text of `value` (as Python's `json.dumps` writes it)."""
+    return f"to_json({value})::text"
+
+
+# `_iso` of the API's serializers: ISO 8601 in UTC with a `Z`, microseconds only when not 0.
+_ISO_CREATED = (
+    "to_char({a}created_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS') || "
+    "CASE to_char({a}created_at AT TIME ZONE 'UTC', 'US') WHEN '000000' THEN '' "
+    "ELSE '.' || to_char({a}created_at AT TIME ZONE 'UTC', 'US') END || 'Z'"
+)
+# (key, SQL for its JSON text) of `snapshot_summaries`, in its order; `{a}` is the alias.
+_SUMMARY_JSON_FIELDS = (
+    ("snapshot_id", _json_text("{a}snapshot_id")),
+    ("url", _json_text("%s::text || {a}snapshot_id || '/'")),
+    ("branch", _json_text("{a}branch")),
+    ("epoch", "{a}epoch::text"),
+    ("kind", _json_text("{a}kind")),
+    ("parallelism", "{a}parallelism::text"),
+    ("max_parallelism", "{a}max_parallelism::text"),
+    ("code_version", _json_text("{a}code_version")),
+    ("config_hash", _json_text("{a}config_hash")),
+    ("operation_id", _json_text("{a}operation_id")),
+    ("created_at", "'\"' || " + _ISO_CREATED + " || '\"'"),
+    ("generation", "{a}generation::text"),
+    (
+        "parents",
+        "'[' || COALESCE((SELECT string_agg(to_json(p.parent)::text, ',' ORDER BY p.n) "
+        "FROM jsonb_array_elements_text({a}parent_ids) WITH ORDINALITY AS p(parent, n)), '') "
+        "|| ']'",
+    ),
+)
+
+
+def _summary_json_sql(alias: str = "", *, head: bool = True) -> str:
+    """SQL for a snapshot's summary (of the table aliased `alias`) as compact JSON text, the
+    keys in `snapshot_summaries`' order. With `head` the whole object, whose one placeholder
+    is the URL prefix; without, the members after `url` and the closing brace (the caller
+    writes ``{"snapshot_id":…,"url":…,`` in front: `snapshot_summaries_json`)."""
+    fields = _SUMMARY_JSON_FIELDS if head else _SUMMARY_JSON_FIELDS[2:]
+    a = f"{alias}." if alias else ""
+    parts = []
+    for n, (name, value) in enumerate(fields):
+        opening = "{" if head and n == 0 else "," if n else ""
+        parts.append(f"'{opening}\"{name}\":' || {value.format(a=a)}")
+    return " || ".join(parts) + " || '}'"
+
+
+def lineage_graph_page_json(
+    *, application: Application, url_prefix: str, limit: int = 200, cursor: str | None = None
+) -> GraphPageJson | None:
+    """`lineage_graph_page` as JSON text built in one PostgreSQL statement (None on other
+    databases: the caller renders `lineage_graph_page`). Every snapshot's `url` is
+    `url_prefix` + its id + ``/``.
+
+    The rows never become Python objects: a page of 100 snapshots was ~4 ms of the server's
+    CPU through summaries, dicts and the JSON encoder, and the statement builds the same text
+    (held equal, byte for byte, to the rendered `lineage_graph_page` by the tests).
+    """
+    if connection.vendor != "postgresql":
+        return None
+    limit = _check_limit(limit)
+    where, params = _graph_where(application, cursor)
+    sql = f"""
+        WITH page AS MATERIALIZED (
+            SELECT id, snapshot_id, branch, epoch, kind, parallelism, max_parallelism,
+                   code_version, config_hash, operation_id, created_at, generation, parent_ids
+            FROM {_SNAPSHOT} WHERE {where} ORDER BY id DESC LIMIT %s
+        ), shown AS MATERIALIZED (
+            SELECT * FROM page ORDER BY id DESC LIMIT %s
+        )
+        SELECT
+            (SELECT count(*) FROM page),
+            (SELECT min(id) FROM shown),
+            (SELECT string_agg({_summary_json_sql("s")}, ',' ORDER BY s.id DESC) FROM shown s),
+            (SELECT string_agg(
+                '{{"child":' || to_json(s.snapshot_id)::text || ',"parent":'
+                || to_json(p.parent)::text || ',"position":' || (p.n - 1)::text || '}}',
+                ',' ORDER BY s.id DESC, p.n)
+             FROM shown s CROSS JOIN LATERAL
+                jsonb_array_elements_text(s.parent_ids) WITH ORDINALITY AS p(parent, n)),
+            (SELECT string_agg(to_json(t.snapshot_id)::text || ':[' || t.refs || ']', ','
+                               ORDER BY t.id DESC)
+             FROM (SELECT s.id, s.snapshot_id,
+                          string_agg(to_json(r.ref)::text, ',' ORDER BY r.ref) AS refs
+                   FROM shown s JOIN ({_REFS_SQL}) AS r ON r.target = s.id
+                   GROUP BY s.id, s.snapshot_id) AS t)
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, limit + 1, limit, url_prefix, application.pk, application.pk])
+        count, last, results, edges, refs = cursor.fetchone()
+    more = count > limit
+    return GraphPageJson(
+        results or "", edges or "", refs or "", str(last) if more and last is not None else None
+    )
 
 
 def branch_list(*, application: Application, include_deleted: bool = False) -> list[Branch]:
@@ -503,9 +651,12 @@ def _ancestor_rows(
     after: tuple[int, str] | None,
     *,
     summaries: bool = False,
+    text: str = "",
 ) -> list[tuple[Any, ...]]:
-    """(pk, generation, snapshot id[, summary columns…]) of the first `limit` snapshots of
-    the history `reach` after `after`, ordered by generation descending then id.
+    """(pk, generation, snapshot id[, summary columns…][, `text`]) of the first `limit`
+    snapshots of the history `reach` after `after`, ordered by generation descending then
+    id (`text`: one more column, SQL over the snapshot row aliased `s`, computed only for
+    the rows a statement keeps).
 
     Each chain of the history contributes an index range. Chains are read in order of their
     highest reachable generation, a batch per statement, and reading stops once no unread
@@ -537,9 +688,13 @@ def _ancestor_rows(
                     params += [after[0], after[0], after[1]]
                 params.append(limit)
                 terms.append(term.format(extra=extra, n=n))
-            cursor.execute(
-                " UNION ALL ".join(terms) + " ORDER BY 2 DESC, 3 LIMIT %s", [*params, limit]
-            )
+            sql = " UNION ALL ".join(terms) + " ORDER BY 2 DESC, 3 LIMIT %s"
+            if text:  # after the LIMIT: not for every candidate row of every range
+                sql = (
+                    f"SELECT q.id, q.generation, q.snapshot_id, {text} FROM ({sql}) AS q "
+                    f"JOIN {_SNAPSHOT} s ON s.id = q.id"
+                )
+            cursor.execute(sql, [*params, limit])
             found.extend(cursor.fetchall())
             found.sort(key=lambda row: (-row[1], row[2]))
             del found[limit:]
@@ -557,14 +712,22 @@ def _first_parent_rows(
     statement reads as many segments as can fill the page; a merge-shortened segment
     costs at most one more statement.
     """
+    return [_summary(row) for row in _first_parent_select(path, limit, after, summary_columns())]
+
+
+def _first_parent_select(
+    path: Sequence[tuple[int, int, int]], limit: int, after: tuple[int, str] | None, columns: str
+) -> list[tuple[Any, ...]]:
+    """`columns` (then the segment's number) of `_first_parent_rows`' snapshots, in order."""
     segments = []
     for chain, generation, root in path:
         top = generation if after is None else min(generation, after[0] - 1)
         if top >= root:
             segments.append((chain, top, root))
-    rows: list[SnapshotSummary] = []
+    rows: list[tuple[Any, ...]] = []
+    columns = columns.replace("{", "{{").replace("}", "}}")  # the term is a format string
     term = (
-        f"SELECT * FROM (SELECT {summary_columns()}, %s AS segment FROM {_SNAPSHOT} "
+        f"SELECT * FROM (SELECT {columns}, %s AS segment FROM {_SNAPSHOT} "
         "WHERE chain_id = %s AND generation <= %s ORDER BY generation DESC LIMIT %s) AS q{n}"
     )
     index = 0
@@ -579,7 +742,9 @@ def _first_parent_rows(
             capacity += top - root + 1
             index += 1
         sql = " UNION ALL ".join(terms) + " ORDER BY segment, generation DESC LIMIT %s"
-        rows.extend(s for _, s in _summaries(sql, [*params, need]))
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, need])
+            rows.extend(cursor.fetchall())
     return rows
 
 

@@ -28,6 +28,7 @@ from controlplane.api.pagination import (
     page_response_data,
     sequence_page,
 )
+from controlplane.api.prerendered import accepts_prerendered, prerendered_json
 from controlplane.api.response_cache import cached, remember
 from controlplane.api.schema import REF, REVISION, error
 from controlplane.api.serializers import (
@@ -38,6 +39,7 @@ from controlplane.api.serializers import (
     SnapshotSummarySerializer,
     TagSerializer,
     snapshot_summaries,
+    snapshot_summaries_json,
     snapshot_url_prefix,
 )
 from controlplane.applications.models import Application
@@ -153,8 +155,18 @@ class SnapshotLogView(ApiView):
         kept = cached(request, etag)
         if kept is not None:
             return kept
+        prefix = snapshot_url_prefix(request, name)
+        if accepts_prerendered(request):
+            text = selectors.snapshot_log_page_json(start, limit=limit, cursor=cursor)
+            if text is not None:  # PostgreSQL built the summaries' JSON
+                links = page_response_data(request, [], text.next_cursor)
+                response = prerendered_json(
+                    {"next": links["next"], "previous": links["previous"]},
+                    {"results": snapshot_summaries_json(text.rows, prefix)},
+                )
+                return remember(request, tag(response, etag), etag)
         page = selectors.snapshot_log_page(start, limit=limit, cursor=cursor)
-        data = snapshot_summaries(page.snapshots, snapshot_url_prefix(request, name))
+        data = snapshot_summaries(page.snapshots, prefix)
         response = Response(page_response_data(request, data, page.next_cursor))
         return remember(request, tag(response, etag), etag)
 
@@ -248,8 +260,23 @@ class LineageGraphView(ApiView):
         kept = cached(request, etag)
         if kept is not None:
             return kept
-        page = selectors.lineage_graph_page(application=application, limit=limit, cursor=cursor)
         prefix = snapshot_url_prefix(request, application.name)
+        if accepts_prerendered(request):
+            text = selectors.lineage_graph_page_json(
+                application=application, url_prefix=prefix, limit=limit, cursor=cursor
+            )
+            if text is not None:  # PostgreSQL built the rows' JSON
+                links = page_response_data(request, [], text.next_cursor)
+                response = prerendered_json(
+                    {"next": links["next"], "previous": links["previous"]},
+                    {
+                        "results": f"[{text.results}]",
+                        "edges": f"[{text.edges}]",
+                        "refs": f"{{{text.refs}}}",
+                    },
+                )
+                return remember(request, tag(response, etag), etag)
+        page = selectors.lineage_graph_page(application=application, limit=limit, cursor=cursor)
         data = page_response_data(
             request, snapshot_summaries(page.snapshots, prefix), page.next_cursor
         )
