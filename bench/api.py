@@ -712,7 +712,13 @@ def main(argv: list[str] | None = None) -> int:
         default="100,200,300,400,500,600,800",
         help="offered req/s of the saturation steps (stops once the API p99 passes 100 ms)",
     )
-    parser.add_argument("--step-seconds", type=float, default=10.0)
+    parser.add_argument(
+        "--step-seconds",
+        type=float,
+        default=30.0,
+        help="seconds per saturation step (30: as long as the main phase, so a step's healthz "
+        "p99 rests on ~15 requests above it rather than ~5)",
+    )
     parser.add_argument("--idle-seconds", type=float, default=60.0)
     parser.add_argument("--watch-hold", type=int, default=60, help="?watch= of idle watchers")
     parser.add_argument(
