@@ -126,6 +126,9 @@ class S3Backend:
             raise self._fail("GET", full, exc) from exc
         return Blob(data, str(response["ETag"]))
 
+    def prefetch(self, key: str, start: int, length: int) -> None:
+        """Nothing: a ranged GET is one request, there is no cache to warm."""
+
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
         if start < 0 or length < 0:
             raise ValueError(f"a byte range starts and runs at >= 0, not {start}+{length}")
