@@ -41,6 +41,8 @@ COALESCE_GAP: Final = 1024**2
 #: longest single read: long enough for the disk's sequential rate, short enough that a
 #: task's range becomes several reads whose decompression and hashing run in parallel
 MAX_READ: Final = 8 * 1024**2
+#: largest read buffer a reading thread keeps for its next reads (a longer read gets its own)
+KEEP_BUFFER: Final = 2 * MAX_READ
 #: reads in flight at once (decompression and hashing release the GIL)
 READ_THREADS: Final = 4
 _INDEX_CACHE: Final = 256
@@ -108,6 +110,7 @@ class ChunkReader:
         self._lock = threading.Lock()
         #: stored bytes of the chunks `read` returned so far (a restore's disk traffic)
         self.stored_bytes_read = 0
+        self._buffers = threading.local()
 
     def index(self, pack_id: str) -> PackIndex:
         with self._lock:
@@ -236,10 +239,9 @@ class ChunkReader:
                 return
             start = run[0][1].offset
             length = run[-1][1].offset + run[-1][1].stored - start
-            data = self.backend.get_range(object_key(oid), index.data_start + start, length)
-            if data is None:
+            view = self._read_range(object_key(oid), index.data_start + start, length)
+            if view is None:
                 raise ObjectNotFoundError(oid, "pack of key-group chunks")
-            view = memoryview(data)
             for position, member in run:
                 frame = view[member.offset - start : member.offset - start + member.stored]
                 out = None if sink is None or member.frame_hash is None else sink(position)
@@ -258,6 +260,21 @@ class ChunkReader:
             with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
                 list(pool.map(fetch, jobs))
         return read[0]
+
+    def _read_range(self, key: str, start: int, length: int) -> memoryview | None:
+        """`length` stored bytes of `key` from `start` (fewer at its end; None: no such
+        object), read into this thread's reused buffer when it is at most `KEEP_BUFFER`
+        bytes: a fresh buffer per read costs a page fault per page of it, as much CPU as
+        the read itself. The view is valid until this thread's next read."""
+        if length > KEEP_BUFFER:
+            buffer = bytearray(length)
+        else:
+            buffer = getattr(self._buffers, "buffer", None) or bytearray(0)
+            if len(buffer) < length:
+                buffer = bytearray(max(length, min(KEEP_BUFFER, 2 * len(buffer))))
+                self._buffers.buffer = buffer
+        got = self.backend.get_range_into(key, start, memoryview(buffer)[:length])
+        return None if got is None else memoryview(buffer)[:got]
 
     def _count(self, stored: int, call: list[int]) -> None:
         with self._lock:

@@ -196,6 +196,24 @@ class LocalBackend:
         finally:
             os.close(fd)
 
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int | None:
+        if start < 0:
+            raise ValueError(f"a byte range starts at >= 0, not {start}")
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        try:
+            done = 0
+            while done < len(buffer):
+                got = os.preadv(fd, [buffer[done:]], start + done)
+                if not got:
+                    break
+                done += got
+            return done
+        finally:
+            os.close(fd)
+
     def prefetch(self, key: str, start: int, length: int) -> None:
         """``posix_fadvise(WILLNEED)`` on the range: the kernel starts reading it into the
         page cache and returns (a later `get_range` finds it there or waits for it)."""

@@ -49,6 +49,12 @@ class CountingBackend(LocalBackend):
         self.read_bytes += 0 if data is None else len(data)
         return data
 
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int | None:
+        got = super().get_range_into(key, start, buffer)
+        self.reads += 1
+        self.read_bytes += got or 0
+        return got
+
 
 def _payloads(count: int, size: int, seed: int = 0) -> dict[int, bytes]:
     return {kg: os.urandom(size) + bytes([seed]) for kg in range(count)}
