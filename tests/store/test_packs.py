@@ -350,3 +350,19 @@ def test_ranges_and_prefetch_name_exactly_the_reads(tmp_path: Path) -> None:
     assert repo.read_chunks(wanted[:3]) == [repo.read_chunk(r) for r in wanted[:3]]
     backend.prefetch("app/objects/00/missing", 0, 10)
     backend.prefetch(object_key(pack), 0, 0)
+
+
+def test_get_range_into_reads_into_the_callers_buffer(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path / "store")
+    backend.put("a/b", b"0123456789")
+    buffer = bytearray(8)
+    assert backend.get_range_into("a/b", 3, memoryview(buffer)[:4]) == 4
+    assert bytes(buffer[:4]) == b"3456"
+    assert backend.get_range_into("a/b", 6, memoryview(buffer)) == 4  # fewer at the end
+    assert bytes(buffer[:4]) == b"6789"
+    assert backend.get_range_into("a/missing", 0, memoryview(buffer)) is None
+    prefixed = PrefixedBackend(backend, "a")
+    assert prefixed.get_range_into("b", 0, memoryview(buffer)[:2]) == 2
+    assert bytes(buffer[:2]) == b"01"
+    with pytest.raises(ValueError, match="starts at >= 0"):
+        backend.get_range_into("a/b", -1, memoryview(buffer))
