@@ -415,11 +415,11 @@ def load_key_groups(
     return states, restore
 
 
-#: bytes of the claimed key groups a restore task asks the store to read ahead of its
-#: claims (`ChunkReader.prefetch`): enough to keep the disk streaming while the threads
-#: verify and decompress, bounded so a state larger than memory is not read into the page
-#: cache long before it is needed (and evicted again)
-READ_AHEAD = 256 * 1024**2
+#: stored bytes a restore task asks the store to read ahead of its claims
+#: (`ChunkReader.prefetch`; ``$EPOCHAL_RESTORE_READ_AHEAD_MB``, 0: none): enough to keep the
+#: disk streaming while the threads verify and decompress, bounded so a state larger than
+#: memory is not read into the page cache long before it is needed (and evicted again)
+READ_AHEAD = int(os.environ.get("EPOCHAL_RESTORE_READ_AHEAD_MB", "256")) * 1024**2
 
 
 class Claims:
