@@ -198,3 +198,25 @@ def test_a_claiming_restore_raises_what_a_read_raises(tmp_path: Path, cache_dir:
     claims = chunks.Claims(str(tmp_path), len(batches))
     with pytest.raises(CorruptObjectError, match="key group 4"):
         chunks.restore_claimed(repo, chains, batches, claims, ["key"], threads=2)
+
+
+def test_restore_partition_with_claims_shares_the_key_groups(
+    tmp_path: Path, cache_dir: Path
+) -> None:
+    """A task that runs while the others have not started takes every batch; one that
+    starts after it finds none left (Spark ran them one after the other)."""
+    repo = Repository.open(f"file://{tmp_path / 'store'}", "app")
+    refs = repo.put_chunks({kg: _chunk([f"k{kg}"]) for kg in range(0, 32, 3)})
+    job = Job(name="j", source=ParquetDirectory(str(tmp_path / "in")), key="key",
+              aggregate=[count()])  # fmt: skip
+    plan = TaskPlan(job=job, store_url=f"file://{tmp_path / 'store'}", namespace="app",
+                    branch="main", epoch=2, parallelism=3, max_parallelism=32,
+                    key_groups={kg: (r,) for kg, r in refs.items()},
+                    processing_time_ms=0)  # fmt: skip
+    claims = tmp_path / "claims"
+    claims.mkdir()
+    (first,) = restore_partition(plan, 0, 2, str(claims))
+    (second,) = restore_partition(plan, 1, 2, str(claims))
+    assert first.stored_bytes == sum(repo.chunk_size(r) or 0 for r in refs.values())
+    assert second.stored_bytes == 0 and second.started == 0.0
+    assert len(list(claims.iterdir())) == restore_batches(len(refs), 2) == len(refs)
