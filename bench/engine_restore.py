@@ -6,11 +6,11 @@ state back, against the disk's own sequential read bandwidth measured in the sam
 2. The store's files are dropped from the page cache (`bench.disk.drop_page_cache`), then a
    child process restarts the job at p = 3 (a new JVM and new Python workers, an empty state
    cache) and runs its next epoch (``--restore-touched`` keys). Before it, the engine's restore
-   stage (`EpochRunner._restore`, a runner's first epoch or a new parallelism) has its tasks
-   (p = 3 rounded up to a multiple of the cores: 4 on local[2]) load consecutive slices of the
-   key groups into the state cache at once: long sequential range reads of the packs, several
-   in flight, each key group verified, decompressed into its state-cache file and mapped in
-   the reading thread (runners/engine/chunks.py `load_key_groups`).
+   stage (`EpochRunner._restore`, a runner's first epoch or a new parallelism) runs one task
+   per core (2 on local[2]); each task's threads claim batches of key groups as they go and
+   load them into the state cache, the store reading ahead of the claims: long sequential
+   range reads of the packs, each key group verified, decompressed into its state-cache file
+   and mapped in the reading thread (runners/engine/chunks.py `restore_claimed`).
    ``restore_mb_s`` = stored bytes the tasks read ÷ the wall-clock span from the first task's
    read start to the last task's state in the cache (manifest stats ``restore_bytes``,
    ``restore_span_s``; ``restore_s`` is the stage's whole Spark job).
@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -221,6 +222,7 @@ def restart(args: argparse.Namespace) -> dict[str, Any]:
         raise SystemExit(f"the restarted epoch did not run ({runner.stopped_reason})")
     stats = repo.read_manifest(result.snapshot_id).stats
     spark.stop()
+    shutil.rmtree(os.environ["EPOCHAL_STATE_CACHE_DIR"], ignore_errors=True)  # ≈ 2 GB
     return {
         "session_s": round(session_s, 2),
         "duration_s": round(result.duration_s, 3),

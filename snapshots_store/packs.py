@@ -41,6 +41,8 @@ COALESCE_GAP: Final = 1024**2
 #: longest single read: long enough for the disk's sequential rate, short enough that a
 #: task's range becomes several reads whose decompression and hashing run in parallel
 MAX_READ: Final = 8 * 1024**2
+#: largest read buffer a reading thread keeps for its next reads (a longer read gets its own)
+KEEP_BUFFER: Final = 2 * MAX_READ
 #: reads in flight at once (decompression and hashing release the GIL)
 READ_THREADS: Final = 4
 _INDEX_CACHE: Final = 256
@@ -108,6 +110,7 @@ class ChunkReader:
         self._lock = threading.Lock()
         #: stored bytes of the chunks `read` returned so far (a restore's disk traffic)
         self.stored_bytes_read = 0
+        self._buffers = threading.local()
 
     def index(self, pack_id: str) -> PackIndex:
         with self._lock:
@@ -151,6 +154,47 @@ class ChunkReader:
         except ObjectNotFoundError:
             return None
 
+    def _reads(self, refs: Sequence[str]) -> list[_Read]:
+        """The reads of chunk refs: each loose chunk alone, the members of each pack in
+        long sequential ranges (sorted by offset, neighbours coalesced by `_runs`)."""
+        reads: list[_Read] = []
+        by_pack: dict[str, list[tuple[int, PackMember]]] = {}
+        for position, ref in enumerate(refs):
+            oid, key_group = split_ref(ref)
+            if key_group is None:
+                reads.append((oid, [(position, PackMember(-1, 0, 0, 0, oid))], None))
+                continue
+            by_pack.setdefault(oid, []).append((position, self.member(ref)[1]))
+        for pack_id, wanted in by_pack.items():
+            index = self.index(pack_id)
+            for run in _runs(sorted(wanted, key=lambda w: w[1].offset)):
+                reads.append((pack_id, run, index))
+        return reads
+
+    def ranges(self, refs: Sequence[str]) -> list[tuple[str, int, int]]:
+        """(object id, stored offset, length) of each read `read_each` makes for `refs`
+        (a loose chunk: its whole object)."""
+        out: list[tuple[str, int, int]] = []
+        for oid, run, index in self._reads(refs):
+            if index is None:
+                info = self.objects.stat(oid)
+                out.append((oid, 0, 0 if info is None else info.size))
+                continue
+            start = run[0][1].offset
+            length = run[-1][1].offset + run[-1][1].stored - start
+            out.append((oid, index.data_start + start, length))
+        return out
+
+    def prefetch(self, refs: Sequence[str]) -> int:
+        """Tell the backend the ranges `read_each(refs)` will read (`Backend.prefetch`: the
+        local backend starts reading them into the page cache); returns their bytes. Reads
+        the packs' indexes it does not have yet (as the reads would)."""
+        total = 0
+        for oid, start, length in self.ranges(refs):
+            self.backend.prefetch(object_key(oid), start, length)
+            total += length
+        return total
+
     def read(self, refs: Sequence[str], *, threads: int = READ_THREADS) -> list[bytes]:
         """Verified payloads of chunk refs, in order (see `read_each`)."""
         out: list[bytes | None] = [None] * len(refs)
@@ -169,7 +213,7 @@ class ChunkReader:
         *,
         sink: Callable[[int], Sink | None] | None = None,
         threads: int = READ_THREADS,
-    ) -> None:
+    ) -> int:
         """Call ``each(position in refs, verified payload)`` for every chunk ref, from the
         reading threads, as soon as its read is verified (any order; a caller's work on a
         payload overlaps the other reads). Members of one pack are read in long sequential
@@ -180,34 +224,24 @@ class ChunkReader:
         returns a `Sink` such as an open binary file (or None: bytes as usual), the verified
         payload is written into it (`member_payload_into`, without a payload-sized buffer)
         and `each` gets None as the payload. Loose chunks and format 1 members always come
-        as bytes."""
-        jobs: list[tuple[str, list[tuple[int, PackMember]], PackIndex | None]] = []
-        by_pack: dict[str, list[tuple[int, PackMember]]] = {}
-        for position, ref in enumerate(refs):
-            oid, key_group = split_ref(ref)
-            if key_group is None:
-                jobs.append((oid, [(position, PackMember(-1, 0, 0, 0, oid))], None))
-                continue
-            by_pack.setdefault(oid, []).append((position, self.member(ref)[1]))
-        for pack_id, wanted in by_pack.items():
-            index = self.index(pack_id)
-            for run in _runs(sorted(wanted, key=lambda w: w[1].offset)):
-                jobs.append((pack_id, run, index))
+        as bytes. Returns the stored bytes of the chunks read (also added to
+        `stored_bytes_read`)."""
+        read = [0]
+        jobs = self._reads(refs)
 
-        def fetch(job: tuple[str, list[tuple[int, PackMember]], PackIndex | None]) -> None:
+        def fetch(job: _Read) -> None:
             oid, run, index = job
             if index is None:
                 loose = self.objects.get(oid, context="key-group chunk")[1]
                 stored = self.objects.stat(oid)
-                self._count(0 if stored is None else stored.size)
+                self._count(0 if stored is None else stored.size, read)
                 each(run[0][0], loose)
                 return
             start = run[0][1].offset
             length = run[-1][1].offset + run[-1][1].stored - start
-            data = self.backend.get_range(object_key(oid), index.data_start + start, length)
-            if data is None:
+            view = self._read_range(object_key(oid), index.data_start + start, length)
+            if view is None:
                 raise ObjectNotFoundError(oid, "pack of key-group chunks")
-            view = memoryview(data)
             for position, member in run:
                 frame = view[member.offset - start : member.offset - start + member.stored]
                 out = None if sink is None or member.frame_hash is None else sink(position)
@@ -216,7 +250,7 @@ class ChunkReader:
                 else:
                     member_payload_into(index, member, frame, out)
                     payload = None
-                self._count(member.stored)
+                self._count(member.stored, read)
                 each(position, payload)
 
         if threads <= 1 or len(jobs) <= 1:
@@ -225,10 +259,32 @@ class ChunkReader:
         else:
             with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
                 list(pool.map(fetch, jobs))
+        return read[0]
 
-    def _count(self, stored: int) -> None:
+    def _read_range(self, key: str, start: int, length: int) -> memoryview | None:
+        """`length` stored bytes of `key` from `start` (fewer at its end; None: no such
+        object), read into this thread's reused buffer when it is at most `KEEP_BUFFER`
+        bytes: a fresh buffer per read costs a page fault per page of it, as much CPU as
+        the read itself. The view is valid until this thread's next read."""
+        if length > KEEP_BUFFER:
+            buffer = bytearray(length)
+        else:
+            buffer = getattr(self._buffers, "buffer", None) or bytearray(0)
+            if len(buffer) < length:
+                buffer = bytearray(max(length, min(KEEP_BUFFER, 2 * len(buffer))))
+                self._buffers.buffer = buffer
+        got = self.backend.get_range_into(key, start, memoryview(buffer)[:length])
+        return None if got is None else memoryview(buffer)[:got]
+
+    def _count(self, stored: int, call: list[int]) -> None:
         with self._lock:
             self.stored_bytes_read += stored
+            call[0] += stored
+
+
+#: one read of `ChunkReader.read_each`: (object id, [(position in refs, member)], the pack's
+#: index, or None for a loose chunk)
+_Read = tuple[str, list[tuple[int, PackMember]], PackIndex | None]
 
 
 def _runs(members: list[tuple[int, PackMember]]) -> list[list[tuple[int, PackMember]]]:

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 
 from runners.engine.hashing import canonical_keys
 from snapshots_store import Repository
+from snapshots_store.packs import READ_THREADS
 
 DELETED = "_deleted"
 CACHE_BYTES = 2 * 1024**3
@@ -318,12 +319,13 @@ def load_key_groups(
     key_columns: Sequence[str],
     *,
     disk: bool = False,
+    threads: int = READ_THREADS,
 ) -> tuple[dict[int, KeyGroupState], Restore]:
     """Materialised state of many key groups (a task's range): cached chains from the cache,
     every other chunk in one `Repository.read_chunks` call, so the members of each pack are
     read in long sequential ranges, several at once. Materialised chains are cached in this
     worker's memory, and with `disk` in the machine's disk cache too (the restore stage: the
-    epoch's tasks may run in other Python workers)."""
+    epoch's tasks may run in other Python workers). `threads`: reads in flight at once."""
     states: dict[int, KeyGroupState] = {}
     todo: list[tuple[int, tuple[str, ...], int, pa.Table | None, tuple[int, ...]]] = []
     for kg, raw in chains.items():
@@ -401,16 +403,165 @@ def load_key_groups(
         with _lock:
             states[kg] = entry
 
-    stored_before = repo.chunks.stored_bytes_read
     try:
-        repo.chunks.read_each(refs, each, sink=sink if disk else None)
+        restore.stored_bytes = repo.chunks.read_each(
+            refs, each, sink=sink if disk else None, threads=threads
+        )
     finally:
         for file in files.values():
             file.discard()
-    restore.stored_bytes = repo.chunks.stored_bytes_read - stored_before
     restore.payload_bytes = payload_bytes
     restore.ended = time.time()
     return states, restore
+
+
+#: stored bytes a restore task asks the store to read ahead of its claims
+#: (`ChunkReader.prefetch`; ``$EPOCHAL_RESTORE_READ_AHEAD_MB``, 0: none): enough to keep the
+#: disk streaming while the threads verify and decompress, bounded so a state larger than
+#: memory is not read into the page cache long before it is needed (and evicted again)
+READ_AHEAD = int(os.environ.get("EPOCHAL_RESTORE_READ_AHEAD_MB", "256")) * 1024**2
+
+
+class Claims:
+    """Batches of a restore stage's key groups, each taken by exactly one thread of one of
+    the stage's tasks: a claim is a file created with ``O_EXCL`` in a directory every task
+    sees (the driver's, with a local Spark master). A thread takes the next batch in order
+    that nobody has taken, so the tasks share the work as they go, however late each
+    starts and however fast each runs. Claims are never released: a batch whose task failed
+    after claiming it is left to the epoch's tasks, which read what the cache lacks."""
+
+    def __init__(self, directory: str, batches: int) -> None:
+        self.directory = directory
+        self.batches = batches
+        self._next = 0  # next batch this process has not tried
+        self._lock = threading.Condition()
+
+    @property
+    def position(self) -> int:
+        """The next batch this process will try (every batch before it is taken)."""
+        with self._lock:
+            return self._next
+
+    def claim(self) -> int | None:
+        """The next batch nobody has taken, now this caller's; None when every batch is."""
+        with self._lock:
+            try:
+                while self._next < self.batches:
+                    batch = self._next
+                    self._next += 1
+                    try:
+                        fd = os.open(
+                            os.path.join(self.directory, str(batch)),
+                            os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                            0o600,
+                        )
+                    except FileExistsError:
+                        continue
+                    except FileNotFoundError:  # the stage is over: its directory is gone
+                        self._next = self.batches
+                        return None
+                    os.close(fd)
+                    return batch
+                return None
+            finally:
+                self._lock.notify_all()
+
+    def wait_moved(self, position: int, timeout: float) -> None:
+        """Until this process's position is past `position` (or `timeout` seconds)."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._next > position, timeout)
+
+
+def batches_of(key_groups: Sequence[int], count: int) -> list[list[int]]:
+    """`key_groups` (sorted) cut into at most `count` consecutive batches of near-equal
+    size: the units a restore stage's tasks claim."""
+    groups = sorted(key_groups)
+    count = max(1, min(count, len(groups)))
+    return [groups[len(groups) * i // count : len(groups) * (i + 1) // count] for i in range(count)]
+
+
+def restore_claimed(
+    repo: Repository,
+    chains: Mapping[int, Sequence[str]],
+    batches: Sequence[Sequence[int]],
+    claims: Claims,
+    key_columns: Sequence[str],
+    *,
+    threads: int = READ_THREADS,
+    read_ahead: int = READ_AHEAD,
+) -> tuple[list[int], Restore]:
+    """One restore task that shares the work with the stage's other tasks: `threads`
+    threads each claim the next free batch (`claims`) and load its key groups into the
+    machine's state cache (`load_key_groups` with ``disk``, one read at a time per
+    thread), until none is left; meanwhile a read-ahead thread asks the store to start
+    reading the batches ahead of the claims, up to `read_ahead` stored bytes ahead
+    (`ChunkReader.prefetch`; 0: none). Returns the key groups of the batches this task
+    claimed (in no order) and what it read for them."""
+    loaded: list[int] = []
+    payload_bytes = stored_bytes = 0
+    firsts: list[float] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+    guard = threading.Lock()
+
+    def work() -> None:
+        nonlocal payload_bytes, stored_bytes
+        try:
+            while not done.is_set():
+                batch = claims.claim()
+                if batch is None:
+                    return
+                mine = {kg: chains[kg] for kg in batches[batch]}
+                _, got = load_key_groups(repo, mine, key_columns, disk=True, threads=1)
+                with guard:
+                    loaded.extend(mine)
+                    payload_bytes += got.payload_bytes
+                    stored_bytes += got.stored_bytes
+                    if got.started:
+                        firsts.append(got.started)
+        except BaseException as exc:  # raised below, in the task
+            with guard:
+                errors.append(exc)
+            done.set()
+
+    def ahead() -> None:
+        sizes: dict[int, int] = {}
+        batch = 0
+        while not done.is_set():
+            position = claims.position
+            batch = max(batch, position)
+            if batch >= len(batches):
+                return
+            if sum(sizes.get(b, 0) for b in range(position, batch)) >= read_ahead:
+                claims.wait_moved(position, 0.05)
+                continue
+            try:
+                sizes[batch] = repo.chunks.prefetch(
+                    [ref for kg in batches[batch] for ref in chains[kg]]
+                )
+            except Exception:  # a hint only: the reads themselves report any problem
+                return
+            batch += 1
+
+    helpers = [threading.Thread(target=work, name=f"restore-{i}") for i in range(threads)]
+    if read_ahead > 0:
+        helpers.append(threading.Thread(target=ahead, name="restore-read-ahead", daemon=True))
+    for thread in helpers:
+        thread.start()
+    for thread in helpers[:threads]:
+        thread.join()
+    done.set()
+    for thread in helpers[threads:]:
+        thread.join()
+    if errors:
+        raise errors[0]
+    restore = Restore(
+        stored_bytes=stored_bytes,
+        payload_bytes=payload_bytes,
+        started=min(firsts, default=0.0),
+        ended=time.time() if loaded else 0.0,
+    )
+    return loaded, restore
 
 
 class _CacheFile:

@@ -8,6 +8,7 @@ the manifest and compare-and-swaps the branch ref — the only commit point.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -341,20 +342,30 @@ class EpochRunner:
         return route, pieces if route == "split" else []
 
     def _restore(self, plan: TaskPlan) -> dict[str, int | float]:
-        """The restore stage before a runner's first epoch and after a parallelism change: p
-        tasks load their key-group ranges into the machine's state cache at once (long
-        sequential reads of the packs), so the epoch's tasks start with their state. Returns
-        the manifest stats ``restore_*``."""
+        """The restore stage before a runner's first epoch and after a parallelism change:
+        its tasks load the key groups into the machine's state cache at once (long
+        sequential reads of the packs), so the epoch's tasks start with their state. With
+        an exchange directory (a local master, or a shared one) it runs one task per core,
+        the tasks claiming batches of key groups as they go (`restore_partition` with
+        claims); without, p tasks rounded up to a multiple of the cores, each a fixed
+        slice. Returns the manifest stats ``restore_*``."""
         started = time.perf_counter()
 
         p = plan.parallelism
         sc = self.spark.sparkContext
-        n = restore_tasks(p, sc.defaultParallelism)
+        cores = max(1, sc.defaultParallelism)
+        n = cores if self.exchange_root is not None else restore_tasks(p, cores)
+        with contextlib.ExitStack() as stack:
+            claims = (
+                stack.enter_context(exchange.epoch_directory(self.exchange_root, plan.epoch))
+                if self.exchange_root is not None
+                else None
+            )
 
-        def restorer(index: int, _: Any) -> Any:
-            return restore_partition(plan, index, n)
+            def restorer(index: int, _: Any) -> Any:
+                return restore_partition(plan, index, n, claims)
 
-        reports = sc.parallelize(range(n), n).mapPartitionsWithIndex(restorer).collect()
+            reports = sc.parallelize(range(n), n).mapPartitionsWithIndex(restorer).collect()
         read = [r for r in reports if r.stored_bytes]
         stats: dict[str, int | float] = {
             "restore_s": round(time.perf_counter() - started, 6),

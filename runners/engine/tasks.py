@@ -584,22 +584,47 @@ def split_partition(
 
 
 def restore_tasks(parallelism: int, cores: int) -> int:
-    """Tasks of the restore stage: p rounded up to a multiple of the cores, so every core
-    stays busy to the end (p = 3 on 2 cores runs 4 tasks: with 3, one core would idle for
-    the last third)."""
+    """Tasks of a restore stage with fixed slices (`restore_partition` without claims): p
+    rounded up to a multiple of the cores, so every core stays busy to the end (p = 3 on 2
+    cores runs 4 tasks: with 3, one core would idle for the last third)."""
     cores = max(1, cores)
     return -(-parallelism // cores) * cores
 
 
-def restore_partition(plan: TaskPlan, index: int, tasks: int) -> Iterator[chunks.Restore]:
+#: batches of key groups per task of a restore stage that claims them: small enough that the
+#: last batches end close together, large enough that a batch's reads are long (128 key
+#: groups on 2 cores: 128 batches of one; 32,768: 128 batches of 256)
+RESTORE_BATCHES_PER_TASK = 64
+
+
+def restore_batches(key_groups: int, tasks: int) -> int:
+    """How many batches a claiming restore stage cuts `key_groups` into."""
+    return max(1, min(key_groups, RESTORE_BATCHES_PER_TASK * max(1, tasks)))
+
+
+def restore_partition(
+    plan: TaskPlan, index: int, tasks: int, claims: str | None = None
+) -> Iterator[chunks.Restore]:
     """Restore task `index` of `tasks` (a runner's first epoch, or a new parallelism): load
-    the state of the `index`-th of `tasks` consecutive slices of the key groups into the
-    machine's state cache, memory and local disk, with long sequential reads
-    (`chunks.load_key_groups`), so the epoch's tasks find it wherever they run."""
+    key groups' state into the machine's state cache, memory and local disk, with long
+    sequential reads, so the epoch's tasks find it wherever they run. With `claims` (a
+    directory every task of the stage sees, empty at the start) the tasks share the key
+    groups as they go: each of the task's threads claims the next free batch
+    (`chunks.restore_claimed`, the store reading ahead of the claims); without, the task
+    loads the `index`-th of `tasks` consecutive slices (`chunks.load_key_groups`)."""
     groups = sorted(plan.key_groups)
+    repo = plan.repo()
+    if claims is not None:
+        batches = chunks.batches_of(groups, restore_batches(len(groups), tasks))
+        count = len(batches)
+        _, restore = chunks.restore_claimed(
+            repo, plan.key_groups, batches, chunks.Claims(claims, count), plan.job.key_columns
+        )
+        yield restore
+        return
     low, high = len(groups) * index // tasks, len(groups) * (index + 1) // tasks
     mine = {kg: plan.key_groups[kg] for kg in groups[low:high]}
-    _, restore = chunks.load_key_groups(plan.repo(), mine, plan.job.key_columns, disk=True)
+    _, restore = chunks.load_key_groups(repo, mine, plan.job.key_columns, disk=True)
     yield restore
 
 

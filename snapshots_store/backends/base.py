@@ -58,6 +58,17 @@ class Backend(Protocol):
         """`length` bytes of `key` from byte `start` (fewer at its end); None when absent."""
         ...
 
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int | None:
+        """Read `key` from byte `start` into `buffer` (up to its length; fewer at the key's
+        end): the number of bytes read, or None when the key is absent."""
+        ...
+
+    def prefetch(self, key: str, start: int, length: int) -> None:
+        """A hint that `get_range(key, start, length)` follows soon: a backend that can
+        start reading it in the background does (the local one asks the kernel to read it
+        into the page cache); others do nothing. Never an error, not even for a missing key."""
+        ...
+
     def put(self, key: str, data: bytes) -> str:
         """Write `key` unconditionally; returns the new version."""
         ...
@@ -119,6 +130,12 @@ class PrefixedBackend:
 
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
         return self.inner.get_range(self._k(key), start, length)
+
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int | None:
+        return self.inner.get_range_into(self._k(key), start, buffer)
+
+    def prefetch(self, key: str, start: int, length: int) -> None:
+        self.inner.prefetch(self._k(key), start, length)
 
     def put(self, key: str, data: bytes) -> str:
         return self.inner.put(self._k(key), data)

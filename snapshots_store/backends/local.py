@@ -196,6 +196,41 @@ class LocalBackend:
         finally:
             os.close(fd)
 
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int | None:
+        if start < 0:
+            raise ValueError(f"a byte range starts at >= 0, not {start}")
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            return None
+        try:
+            done = 0
+            while done < len(buffer):
+                got = os.preadv(fd, [buffer[done:]], start + done)
+                if not got:
+                    break
+                done += got
+            return done
+        finally:
+            os.close(fd)
+
+    def prefetch(self, key: str, start: int, length: int) -> None:
+        """``posix_fadvise(WILLNEED)`` on the range: the kernel starts reading it into the
+        page cache and returns (a later `get_range` finds it there or waits for it)."""
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is None or length <= 0 or start < 0:
+            return
+        try:
+            fd = os.open(self._path(key), os.O_RDONLY)
+        except OSError:
+            return
+        try:
+            advise(fd, start, length, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
     def stat(self, key: str) -> KeyInfo | None:
         try:
             result = os.stat(self._path(key))

@@ -126,6 +126,16 @@ class S3Backend:
             raise self._fail("GET", full, exc) from exc
         return Blob(data, str(response["ETag"]))
 
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int | None:
+        data = self.get_range(key, start, len(buffer))
+        if data is None:
+            return None
+        buffer[: len(data)] = data
+        return len(data)
+
+    def prefetch(self, key: str, start: int, length: int) -> None:
+        """Nothing: a ranged GET is one request, there is no cache to warm."""
+
     def get_range(self, key: str, start: int, length: int) -> bytes | None:
         if start < 0 or length < 0:
             raise ValueError(f"a byte range starts and runs at >= 0, not {start}+{length}")

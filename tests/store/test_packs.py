@@ -49,6 +49,12 @@ class CountingBackend(LocalBackend):
         self.read_bytes += 0 if data is None else len(data)
         return data
 
+    def get_range_into(self, key: str, start: int, buffer: memoryview) -> int | None:
+        got = super().get_range_into(key, start, buffer)
+        self.reads += 1
+        self.read_bytes += got or 0
+        return got
+
 
 def _payloads(count: int, size: int, seed: int = 0) -> dict[int, bytes]:
     return {kg: os.urandom(size) + bytes([seed]) for kg in range(count)}
@@ -317,3 +323,46 @@ def test_format2_packs_of_either_codec_round_trip(repo: Repository, codec: str) 
     assert check_repository(repo).ok
     with pytest.raises(ValueError, match="pack codec"):
         encode_pack(payloads, codec="brotli")
+
+
+def test_ranges_and_prefetch_name_exactly_the_reads(tmp_path: Path) -> None:
+    """`ChunkReader.ranges` lists the stored byte ranges `read_each` reads (members of a
+    pack coalesced, a loose chunk whole); `prefetch` hands them to the backend (the local one
+    asks the kernel to read them ahead) and reports their bytes; a hint about a missing
+    object or an empty range is no error."""
+    backend = CountingBackend(tmp_path / "store")
+    repo = Repository(PrefixedBackend(backend, "app"))
+    refs = repo.put_chunks(_payloads(6, 3000))
+    loose = repo.put_object("chunk", b"a loose chunk")
+    pack = split_ref(refs[0])[0]
+    index = repo.chunks.index(pack)
+    wanted = [refs[4], refs[1], refs[2], loose]
+    ranges = repo.chunks.ranges(wanted)
+    members = index.members
+    first = index.data_start + members[1].offset
+    assert (pack, first, members[4].offset + members[4].stored - members[1].offset) in ranges
+    loose_size = repo.objects.stat(loose)
+    assert loose_size is not None
+    assert (loose, 0, loose_size.size) in ranges and len(ranges) == 2
+    before = backend.reads
+    assert repo.chunks.prefetch(wanted) == sum(length for _, _, length in ranges)
+    assert backend.reads == before  # a hint, not a read
+    assert repo.read_chunks(wanted[:3]) == [repo.read_chunk(r) for r in wanted[:3]]
+    backend.prefetch("app/objects/00/missing", 0, 10)
+    backend.prefetch(object_key(pack), 0, 0)
+
+
+def test_get_range_into_reads_into_the_callers_buffer(tmp_path: Path) -> None:
+    backend = LocalBackend(tmp_path / "store")
+    backend.put("a/b", b"0123456789")
+    buffer = bytearray(8)
+    assert backend.get_range_into("a/b", 3, memoryview(buffer)[:4]) == 4
+    assert bytes(buffer[:4]) == b"3456"
+    assert backend.get_range_into("a/b", 6, memoryview(buffer)) == 4  # fewer at the end
+    assert bytes(buffer[:4]) == b"6789"
+    assert backend.get_range_into("a/missing", 0, memoryview(buffer)) is None
+    prefixed = PrefixedBackend(backend, "a")
+    assert prefixed.get_range_into("b", 0, memoryview(buffer)[:2]) == 2
+    assert bytes(buffer[:2]) == b"01"
+    with pytest.raises(ValueError, match="starts at >= 0"):
+        backend.get_range_into("a/b", -1, memoryview(buffer))
