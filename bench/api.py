@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from bench.timing import percentile
+from bench.timing import code_version, percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 JOB = "bench-job"
@@ -664,6 +664,8 @@ def summarise(
             "response_cache_bytes": args.response_cache_bytes,
             "build_seconds": round(facts["build_s"], 1),
             "cpus": os.cpu_count(),
+            "step_seconds": args.step_seconds,
+            **code_version(ROOT, "controlplane", "bench", "web"),
         }
     )
     return result

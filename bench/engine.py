@@ -46,7 +46,15 @@ from bench import engine_recovery
 from bench.datagen import ROW_GROUP_ROWS, EpochSet
 from bench.driver_model import driver_point, fit_driver_model
 from bench.engine_job import aggregate_job
-from bench.timing import PeakRss, TreeCpu, VariantResult, log, percentile, tree_rss_mb
+from bench.timing import (
+    PeakRss,
+    TreeCpu,
+    VariantResult,
+    code_version,
+    log,
+    percentile,
+    tree_rss_mb,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -1001,40 +1009,6 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
     return Sizes(**{**base.__dict__, **overrides})
 
 
-def _code_version() -> dict[str, Any]:
-    """The commit measured: git when run in the repository, else $BENCH_GIT_COMMIT (a copy)."""
-    import subprocess
-
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            [
-                "git",
-                "-C",
-                str(REPO_ROOT),
-                "status",
-                "--porcelain",
-                "--",
-                "runners",
-                "bench",
-                "snapshots_store",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=10,
-        ).stdout.strip()
-        return {"git_commit": commit, "engine_tree_dirty": bool(dirty)}
-    except (OSError, subprocess.SubprocessError):
-        return {"git_commit": os.environ.get("BENCH_GIT_COMMIT"), "engine_tree_dirty": False}
-
-
 def _prepare_environment() -> None:
     """Python workers must run this interpreter (pandas, pyarrow) and import bench/runners."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -1103,7 +1077,13 @@ def main(argv: list[str] | None = None) -> int:
                     "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "quick": args.quick,
                     "row_group_rows": ROW_GROUP_ROWS,
-                    **_code_version(),
+                    **code_version(
+                        REPO_ROOT,
+                        "runners",
+                        "bench",
+                        "snapshots_store",
+                        dirty_key="engine_tree_dirty",
+                    ),
                 }
 
             for part in args.parts:

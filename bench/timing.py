@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Self
 
 from bench.checksum import Checksum
@@ -203,3 +205,27 @@ class PeakRss(_TreeSampler):
         mb = tree_rss_mb()
         self.peak_mb = max(self.peak_mb, mb)
         self.peaks[self._phase] = max(self.peaks.get(self._phase, 0.0), mb)
+
+
+def code_version(repo: Path, *paths: str, dirty_key: str = "tree_dirty") -> dict[str, Any]:
+    """The commit measured: git when run in the repository (and whether `paths` have changes
+    not committed), else $BENCH_GIT_COMMIT (a copy of the tree)."""
+    git = ["git", "-C", str(repo)]
+    try:
+        commit = subprocess.run(
+            [*git, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", *paths],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        return {"git_commit": commit, dirty_key: bool(dirty)}
+    except (OSError, subprocess.SubprocessError):
+        return {"git_commit": os.environ.get("BENCH_GIT_COMMIT"), dirty_key: False}
