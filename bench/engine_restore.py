@@ -22,7 +22,8 @@ state back, against the disk's own sequential read bandwidth measured in the sam
    before the restart and the other just after it (each read once: a second read of the same
    files comes from the host's cache at twice the speed even with the guest's page cache
    dropped): ``disk_read_mb_s`` is the mean of the two (both in the report), so a disk that
-   speeds up or slows down during the part moves the baseline the way it moved the restore. ``restore_ratio`` = restore ÷ disk (target ≥ 0.5).
+   speeds up or slows down during the part moves the baseline the way it moved the restore.
+   ``restore_ratio`` = restore ÷ disk (target ≥ 0.5).
 
 Correctness: the restore stage must read exactly the snapshot's stored state bytes (every
 member is verified against its hash on read), and the epoch read ``--restore-touched`` records
