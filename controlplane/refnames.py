@@ -4,6 +4,8 @@ field. The rules (`snapshots_store.names`) are a strict subset of git's check-re
 
 from __future__ import annotations
 
+import re
+
 from controlplane.errors import InvalidRequest
 from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name
@@ -30,3 +32,18 @@ def checked_branch(value: object, *, field: str = "branch", what: str = "branch"
         raise InvalidRequest(
             f"{field}: {exc.reason} (got {str(value)[:100]!r})", fields={field: [exc.reason]}
         ) from None
+
+
+_REVISION = re.compile(REVISION_PATTERN)
+
+
+def checked_revision(value: str | None, *, field: str) -> str | None:
+    """`value` when it is None or a revision (`REVISION_PATTERN`); InvalidRequest naming
+    `field` otherwise, before any store is asked to resolve it."""
+    if value is not None and not _REVISION.fullmatch(value):
+        raise InvalidRequest(
+            f"{field}: not a revision (a snapshot id or prefix, a branch or tags/NAME, "
+            f"optionally followed by ~n or ^n; got {value[:100]!r})",
+            fields={field: ["not a revision"]},
+        )
+    return value

@@ -134,6 +134,10 @@ def test_snapshot_detail_has_manifest_fields_provenance_and_diff(
     )
     assert malformed.status_code == 400
     assert malformed.json()["error"]["fields"] == {"against": ["not a revision"]}
+    newline = viewer.get(
+        f"/api/applications/clicks/snapshots/{lineage.main[4]}/diff/?against=main%0A"
+    )
+    assert newline.status_code == 400 and "against" in newline.json()["error"]["fields"]
     unknown = viewer.get(f"/api/applications/clicks/snapshots/{lineage.main[4]}/diff/?against=nope")
     assert unknown.status_code == 404
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -50,7 +49,7 @@ from controlplane.changes.selectors import revision
 from controlplane.errors import InvalidRequest
 from controlplane.lineage import selectors, store_reads
 from controlplane.lineage.errors import UnknownRevisionError
-from controlplane.refnames import REVISION_PATTERN
+from controlplane.refnames import checked_revision
 
 _T = TypeVar("_T")
 
@@ -183,19 +182,6 @@ class SnapshotDetailView(ApiView):
         return Response(SnapshotDetailSerializer(snapshot, context=ctx).data)
 
 
-def _revision_param(request: Request, field: str) -> str | None:
-    """Query parameter `field` as a revision, None when absent; a 400 naming `field` when it
-    cannot be one (checked before the store is asked)."""
-    value = request.query_params.get(field) or None
-    if value is not None and not re.match(REVISION_PATTERN, value):
-        raise InvalidRequest(
-            f"{field}: not a revision (a snapshot id or prefix, a branch or tags/NAME, "
-            f"optionally followed by ~n or ^n; got {value[:100]!r})",
-            fields={field: ["not a revision"]},
-        )
-    return value
-
-
 class SnapshotDiffView(ApiView):
     @extend_schema(
         tags=TAGS,
@@ -216,7 +202,7 @@ class SnapshotDiffView(ApiView):
         diff = store_reads.snapshot_diff(
             application=application,
             snapshot=snapshot,
-            against=_revision_param(request, "against"),
+            against=checked_revision(request.query_params.get("against") or None, field="against"),
         )
         return Response(SnapshotDiffSerializer(diff.to_dict()).data)
 
