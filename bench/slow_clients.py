@@ -12,7 +12,8 @@ scratch SQLite database with an operator and a token), then opens `--connections
 * ``authenticated_body``: `POST /api/jobs/` with the operator's token, a 4 KiB body at a byte a
   second.
 
-Each connection starts again as soon as the server answers or closes it. Meanwhile one client
+Each connection starts again a second after the server answered or closed it (a slow client,
+not a flood of requests: that is what the throttles are for). Meanwhile one client
 asks `GET /healthz` on a new connection every 50 ms. It prints one JSON line: `/healthz` p50,
 p99 and max during the attack, how many attack requests the server answered by status, the
 most requests it held at once (complete headers, no answer for over a second: each holds one
@@ -109,6 +110,7 @@ class Attack:
             finally:
                 with self.lock:
                     self.waiting_since.pop(index, None)
+            self.stop.wait(interval)  # a slow client, not a flood: the throttles handle those
 
     def _trickle(self, conn: socket.socket, kind: str, trickle: bytes, interval: float) -> None:
         position = 0
