@@ -11,6 +11,7 @@ Every server of the run serves the same database file with the environment a tes
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -31,6 +32,7 @@ JOB = "clicks-main"
 
 _SETUP = """
 import json
+import re
 from controlplane.accounts.services import user_create, user_token
 from tests.api.conftest import build_lineage
 
@@ -119,3 +121,22 @@ def prepare(var_dir: Path) -> Deployment:
 @pytest.fixture(scope="session")
 def deployment(tmp_path_factory: pytest.TempPathFactory) -> Deployment:
     return prepare(tmp_path_factory.mktemp("deployment") / "var")
+
+
+def signed_in(base: str, username: str, password: str) -> requests.Session:
+    """A browser session signed in to the dashboard (its CSRF token in `headers`)."""
+    browser = requests.Session()
+    page = browser.get(f"{base}/login/", timeout=60)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert csrf is not None, page.text[:500]
+    answer = browser.post(
+        f"{base}/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": csrf.group(1)},
+        headers={"Referer": f"{base}/login/"},
+        allow_redirects=False,
+        timeout=60,
+    )
+    assert answer.status_code == 302, answer.text[:500]
+    browser.headers["X-CSRFToken"] = browser.cookies["csrftoken"]
+    browser.headers["Referer"] = f"{base}/"
+    return browser

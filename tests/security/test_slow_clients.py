@@ -14,7 +14,7 @@ import socket
 import time
 
 from bench.slow_clients import OVERSIZED_BYTES, run_attack
-from tests.security.deployed import Deployment, deployment  # noqa: F401  (fixture)
+from tests.security.deployed import Deployment
 
 CONNECTIONS = 64
 THREADS = 8
