@@ -136,8 +136,8 @@ class ApiThrottle(_WindowThrottle):
 
     def get_cache_key(self, request: Any, view: Any) -> str | None:
         token = getattr(request, "auth", None)
-        if token is not None and getattr(token, "pk", None) is not None:
-            return f"throttle:token:{token.pk}"
+        if token is not None and getattr(token, "prefix", None):
+            return f"throttle:token:{token.prefix}"
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated and getattr(user, "pk", None):
             return f"throttle:user:{user.pk}"
