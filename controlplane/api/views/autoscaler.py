@@ -75,11 +75,22 @@ def _integer(value: object) -> int | None:
 
 
 def _check_parallelism_range(job: Job, changes: dict[str, Any]) -> None:
-    """What the schema cannot say about a well-formed PATCH (422): max_parallelism at most
-    the application's M, and at least min_parallelism once the changes are applied."""
+    """Parallelism bounds of a PATCH: above the schema's limit a 400; what the schema cannot
+    say (422): max_parallelism at most the application's M, and at least min_parallelism once
+    the changes are applied."""
     current = services.policy_of(job)
     low = _integer(changes.get("min_parallelism", current.min_parallelism))
     high = _integer(changes.get("max_parallelism", current.max_parallelism))
+    beyond = [
+        name
+        for name in ("min_parallelism", "max_parallelism")
+        if (value := _integer(changes.get(name))) is not None and value > MAX_PARALLELISM_LIMIT
+    ]
+    if beyond:
+        raise InvalidRequest(
+            f"{', '.join(beyond)}: at most {MAX_PARALLELISM_LIMIT}",
+            fields={name: [f"at most {MAX_PARALLELISM_LIMIT}"] for name in beyond},
+        )
     m = job.application.max_parallelism
     if high is not None and high > m:
         raise UnusableRequest(
