@@ -223,7 +223,13 @@ def test_notes_tell_how_to_log_in(helm: Helm) -> None:
     ).stdout
     notes = out[out.index("NOTES:") :]
     assert "python manage.py createsuperuser" in notes
-    assert "port-forward service/epochal 8000:80" in notes
+    # https by default: plain http over port-forward would be redirected
+    assert "--set https=false" in notes
+    out = helm.run(
+        "install", "epochal", str(CHART), "--namespace", "epochal", "--dry-run=client",
+        "--set", "https=false",
+    ).stdout  # fmt: skip
+    assert "port-forward service/epochal 8000:80" in out[out.index("NOTES:") :]
 
 
 @pytest.mark.parametrize(
