@@ -205,3 +205,45 @@ def test_restart_with_no_state_cached_anywhere_restores_from_the_object_store(
     chain = assert_same_as_reference(s3_store, reference)
     restored = chain[3].stats.get("restore_bytes", 0)
     assert restored > 0, f"epoch 4 restored nothing from the store: {chain[3].stats}"
+
+
+def _set_parallelism(store: str, parallelism: int) -> None:
+    repo = Repository.open(store, "crash")
+    doc, version = repo.read_control("main")
+    repo.write_control("main", {**doc, "parallelism": parallelism}, version)
+
+
+def test_live_rescale_adds_and_removes_executors_and_restores_moved_key_groups(
+    spark_cluster: LocalCluster,
+    s3_store: str,
+    cluster_data: str,
+    reference: Repository,
+    driver_cache: dict[str, str],
+) -> None:
+    """2 -> 3 -> 1 while the job runs: the pool asks the cluster for 3 executors (two workers of
+    one core can give 2), then keeps 1; the executor left restores from the object store the
+    key groups the removed one owned; the output equals the failure-free local run."""
+    spark_cluster.wipe_state_caches()
+
+    def rescale_to(p: int) -> Any:
+        return lambda: _set_parallelism(s3_store, p)
+
+    run = run_job(
+        store=s3_store,
+        namespace="crash",
+        data=cluster_data,
+        master=spark_cluster.master_url,
+        submit_args=CLUSTER_SUBMIT_ARGS,
+        extra_env=driver_cache,
+        slow_s=0.3,
+        after_epoch_start=(2, 0.1, rescale_to(3)),  # applies from epoch 3
+        after_second_epoch_start=(4, 0.1, rescale_to(1)),  # applies from epoch 5
+    )
+    assert run.returncode == 0, run.events
+    chain = assert_same_as_reference(s3_store, reference)
+    parallelism = [m.parallelism for m in chain]
+    assert parallelism == [2, 2, 3, 3, 1, 1], parallelism
+    pools = [m.extra["executors"] for m in chain]
+    assert [p["requested"] for p in pools] == [2, 2, 3, 3, 1, 1], pools
+    assert pools[4]["removing"] >= 1, pools  # the rescale to 1 removed an executor
+    assert chain[4].stats.get("restore_bytes", 0) > 0, chain[4].stats

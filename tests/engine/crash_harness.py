@@ -124,6 +124,7 @@ def run_job(
     submit_args: str = FAST_START_SUBMIT_ARGS,
     after_epoch_start: tuple[int, float, Callable[[], object]] | None = None,
     max_epochs: int | None = None,
+    after_second_epoch_start: tuple[int, float, Callable[[], object]] | None = None,
 ) -> Run:
     """One job process. `kill_after_epoch_start=(n, delay)` SIGKILLs its process group `delay`
     seconds after it announces the start of its n-th epoch; `kill_worker_after_epoch_start`
@@ -184,6 +185,10 @@ def run_job(
                 (kill_after_epoch_start, kill_group),
                 (kill_worker_after_epoch_start, kill_worker),
                 (after_epoch_start[:2] if after_epoch_start else None, _later(after_epoch_start)),
+                (
+                    after_second_epoch_start[:2] if after_second_epoch_start else None,
+                    _later(after_second_epoch_start),
+                ),
             ):
                 if spec is not None and event.get("n") == spec[0]:
                     timers.append(threading.Timer(spec[1], action))
