@@ -32,7 +32,7 @@ from typing import Final
 
 from runners.job_spec import JobSpec
 from runners.launcher import LauncherError, pyspark_submit_args
-from runners.local import LocalLauncher
+from runners.local import CREDENTIAL_NAMES, LocalLauncher
 
 MASTER_ENV: Final = "SPARK_STANDALONE_MASTER"
 EXECUTOR_PYTHON_ENV: Final = "SPARK_STANDALONE_EXECUTOR_PYTHON"
@@ -94,6 +94,9 @@ class StandaloneLauncher(LocalLauncher):
             "spark.pyspark.python": self.executor_python,
             "spark.executorEnv.PYTHONPATH": pythonpath,
             "spark.executorEnv.PYTHONUNBUFFERED": "1",
+            # the store's credentials: executors read and write state in the store themselves
+            # (Spark redacts secret-looking values in its UI and logs)
+            **{f"spark.executorEnv.{k}": env[k] for k in CREDENTIAL_NAMES if env.get(k)},
         }
         # The launcher's keys win: the interpreter and code path are places an admin chose.
         return {**spec.spark_conf, **conf}
