@@ -26,6 +26,7 @@ from controlplane.lineage.models import COMMIT_KINDS
 from controlplane.operations.models import OperationKind, OperationState
 from controlplane.operations.registry import SPECS
 from controlplane.patterns import WholeRegexField
+from runners.launchers import RUNNERS
 
 
 def absolute(request: Any, name: str, *args: Any) -> str:
@@ -360,7 +361,7 @@ class JobCreateSerializer(StrictSerializer):
     )
     branch = WholeRegexField(REF_PATTERN, max_length=255, default="main")
     parallelism = serializers.IntegerField(min_value=1, max_value=MAX_PARALLELISM_LIMIT, default=2)
-    runner = serializers.ChoiceField(choices=["", "local", "kubernetes"], default="")
+    runner = serializers.ChoiceField(choices=["", *RUNNERS], default="")
     follow = serializers.BooleanField(default=True)
     max_restarts = serializers.IntegerField(min_value=0, max_value=1000, default=5)
     restart_backoff_s = serializers.IntegerField(min_value=0, max_value=86400, default=10)
