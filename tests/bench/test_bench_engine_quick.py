@@ -17,7 +17,7 @@ import pytest
 
 from bench import checksum as ck
 from bench.datagen import EpochSet
-from bench.engine import PARTS, REQUIRED_KEYS
+from bench.engine import PARTS, REQUIRED_KEYS, _child_report, scale_child_failure
 from runners.local import group_members
 from tests.conftest import require_service
 
@@ -194,3 +194,28 @@ def test_bench_engine_recovery_restarts_through_the_control_plane(tmp_path: Path
     for pid_file in [*runs_dir.glob("*/pid"), *runs_dir.glob(".standby/*/pid")]:
         pid = json.loads(pid_file.read_text())["pid"]  # nothing outlived the part
         assert not group_members(pid)
+
+
+def test_a_scale_child_runs_at_the_parallelism_of_its_cores_and_a_failed_one_counts(
+    tmp_path: Path,
+) -> None:
+    """The scale part's local[1] child runs its engine at p = 1 (one task on its one slot,
+    not two split tasks), and a child that fails or reports another parallelism or a
+    mismatch is a problem of the whole run with the reason, not a missing rate."""
+    require_service("Java", shutil.which("java") is not None, "install OpenJDK 17")
+    argv = [
+        sys.executable, "-m", "bench.engine", "--quick", "--parts", "vectorised",
+        "--variants", "engine", "--master", "local[1]", "--parallelism", "1",
+    ]  # fmt: skip
+    child, failure = _child_report(argv, tmp_path / "one")
+    assert failure is None and child is not None
+    assert child["master"] == "local[1]"
+    assert set(child["engine_epoch_detail"]["engine"]["parallelism"]) == {1}
+    assert scale_child_failure(child, None, 1) is None
+    assert "ran at parallelism [1], expected 2" in str(scale_child_failure(child, None, 2))
+    mismatched = {**child, "checksums_match": False, "checksum_problems": ["epoch 2 differs"]}
+    assert "epoch 2 differs" in str(scale_child_failure(mismatched, None, 1))
+    broken, failure = _child_report([*argv[:6], "--keys", "0"], tmp_path / "broken")
+    assert broken is None and failure is not None
+    assert "the child exited 1" in failure and "--keys must be >= 1" in failure
+    assert scale_child_failure(broken, failure, 1) == failure
