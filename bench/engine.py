@@ -404,6 +404,7 @@ class Bench:
         self.extra: dict[str, Any] = {}  # figures of the engine-only parts
         self.quick = False  # tiny sizes for the parts sized in their own modules
         self.size_overrides: dict[str, int | None] = {}  # their --restore-… / --large-… flags
+        self.recovery_modes: tuple[str, ...] = engine_recovery.MODES
         self.datasets: dict[tuple[str, str], EpochSet] = {}
 
     def namespace(self, name: str) -> str:
@@ -636,16 +637,20 @@ class Bench:
 
     def recovery(self) -> None:
         """Seconds from a driver SIGKILL mid-epoch to the first commit after the control
-        plane restarted it, ÷ (the job's own session start + 2 steady epochs)."""
+        plane restarted it — warm standby, cold, and cold after a lost node — each ÷ (the
+        job's own cold start in that plane + 2 steady epochs); every mode's branch output
+        against a failure-free run of the same job (bench/engine_recovery.py)."""
         s = self.sizes
         data = self.dataset(
             "recovery", keys=s.live_keys, records=s.live_records, epochs=s.recovery_epochs, seed=5
         )
-        standby = self.size_overrides.get("recovery_standby")
-        figures = engine_recovery.measure_recovery(self.work, data, standby=standby != 0)
-        log(f"recovery: {figures}")
-        if not figures["recovery_kill_mid_epoch"]:
-            self.problems.append("recovery: the kill did not land inside an epoch")
+        # the failure-free run: the same job in this session, checked against numpy
+        reference = self.run_variant("engine", data, "recovery-ref", name="engine_recovery_ref")
+        self.check(reference, ck.reference_running(data), "reference")
+        figures = engine_recovery.measure_recovery(
+            self.work, data, reference.checksums, modes=self.recovery_modes
+        )
+        self.problems.extend(figures.pop("recovery_problems"))
         self.extra.update(figures)
 
     def limit(self) -> None:
@@ -985,6 +990,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warm-keys", type=int, help="keys and records of the warm-up epochs")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     p.add_argument(
+        "--recovery-modes",
+        default=",".join(engine_recovery.MODES),
+        help="recovery part: which restarts to measure (warm standby, cold, node_lost)",
+    )
+    p.add_argument(
         "--parallelism", type=int, default=PARALLELISM, help="the engine variants' tasks p"
     )
     p.add_argument(
@@ -1005,8 +1015,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if variants - set(VARIANTS) or not variants:
         p.error(f"--variants: unknown {sorted(variants - set(VARIANTS))}")
     args.variants = [x for x in VARIANTS if x in variants]
-    if args.recovery_standby not in (None, 0, 1):
-        p.error(f"--recovery-standby must be 0 or 1, got {args.recovery_standby}")
+    modes = tuple(m.strip() for m in args.recovery_modes.split(",") if m.strip())
+    if not modes or set(modes) - set(engine_recovery.MODES):
+        p.error(f"--recovery-modes: choose from {', '.join(engine_recovery.MODES)}")
+    args.recovery_modes = modes
     return args
 
 
@@ -1017,8 +1029,6 @@ PART_SIZE_FLAGS = {
     "large-records": "large_state part: records of each epoch after the first (1,000,000)",
     "large-epochs": "large_state part: epochs (default 3)",
     "large-max-parallelism": "large_state part: key groups M (default 32,768)",
-    "recovery-standby": "recovery part: 1 = the job keeps a warm standby driver (default), "
-    "0 = the restart starts a driver cold",
 }
 
 
@@ -1094,6 +1104,7 @@ def main(argv: list[str] | None = None) -> int:
                 parallelism=args.parallelism,
             )
             bench.quick = args.quick
+            bench.recovery_modes = args.recovery_modes
             bench.size_overrides = {
                 f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f in PART_SIZE_FLAGS
             }
