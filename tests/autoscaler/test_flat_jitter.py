@@ -40,14 +40,30 @@ FLAT = Setup(
 JITTER = 0.3
 
 
+@pytest.fixture(scope="module")
+def warm(spark: Any, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The shared session with its Python workers started: a cold first epoch takes several
+    ticks and would open the flat load with a backlog."""
+    run(
+        spark,
+        tmp_path_factory.mktemp("warm"),
+        "warm",
+        [60, 60],
+        FLAT,
+        parallelism=2,
+        realtime=False,
+    )
+    return spark
+
+
 def _changes(values: list[int]) -> int:
     return sum(1 for a, b in itertools.pairwise(values) if a != b)
 
 
-def test_apply_mode_changes_parallelism_at_most_once(spark: Any, tmp_path: Path) -> None:
+def test_apply_mode_changes_parallelism_at_most_once(warm: Any, tmp_path: Path) -> None:
     policy = Policy(mode="apply", min_dwell_s=10)
     done = run(
-        spark,
+        warm,
         tmp_path,
         "flat-apply",
         FLAT.loads,
@@ -66,7 +82,7 @@ def test_apply_mode_changes_parallelism_at_most_once(spark: Any, tmp_path: Path)
 
 @pytest.mark.django_db(transaction=True)
 def test_recommend_mode_recommends_at_most_one_change(
-    spark: Any, tmp_path: Path, postgresql_db: None
+    warm: Any, tmp_path: Path, postgresql_db: None
 ) -> None:
     from controlplane.applications.models import Application, ApplicationVersion
     from controlplane.autoscaler.models import AutoscaleDecision
@@ -89,7 +105,7 @@ def test_recommend_mode_recommends_at_most_one_change(
     job_set_state(job, JobState.RUNNING)
     policy_set(job=job, changes={"mode": "recommend", "min_dwell_s": 10})
     done = run(
-        spark,
+        warm,
         tmp_path,
         "flat-recommend",
         FLAT.loads,
