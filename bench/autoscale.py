@@ -44,7 +44,6 @@ import argparse
 import bisect
 import itertools
 import json
-import math
 import os
 import shutil
 import statistics
@@ -424,10 +423,10 @@ def sweep(
             rows = done.rows
             wall = rows[-1].committed_s - rows[0].committed_s if len(rows) > 1 else 0.0
             busy = sum(r.busy_s for r in rows[1:])
-            utilisation = busy / (p * wall) if wall > 0 else math.inf
+            utilisation = busy / (p * wall) if wall > 0 else None
             second_half = rows[len(rows) // 2 :]
-            one = {
-                "utilisation": round(utilisation, 3),
+            one: dict[str, Any] = {
+                "utilisation": None if utilisation is None else round(utilisation, 3),
                 "max_backlog_second_half": max((r.backlog_epochs for r in second_half), default=0),
                 "backlog_end": rows[-1].backlog_epochs if rows else None,
                 "finished_s_after_last_file": round(
@@ -437,6 +436,7 @@ def sweep(
             }
             one["keeps_up"] = (
                 one["max_backlog_second_half"] <= 1
+                and utilisation is not None
                 and utilisation <= target
                 and one["epochs_lost"] == 0
             )
@@ -445,13 +445,13 @@ def sweep(
     results = []
     for p in setup.sweep:
         reps = measured[p]
-        utils = [r["utilisation"] for r in reps]
+        utils = [r["utilisation"] for r in reps if r["utilisation"] is not None]
         results.append(
             {
                 "parallelism": p,
-                "utilisation_median": round(statistics.median(utils), 3),
-                "utilisation_min": min(utils),
-                "utilisation_max": max(utils),
+                "utilisation_median": round(statistics.median(utils), 3) if utils else None,
+                "utilisation_min": min(utils, default=None),
+                "utilisation_max": max(utils, default=None),
                 "max_backlog_second_half": max(r["max_backlog_second_half"] for r in reps),
                 "keeps_up_runs": sum(r["keeps_up"] for r in reps),
                 # the worst repetition keeps up: the lower bound of its capacity suffices
@@ -638,11 +638,11 @@ def main(argv: list[str] | None = None) -> int:
         "checksums_match": all(r["checksums_match"] for r in reports),
         "checksums_match_per_run": [r["checksums_match"] for r in reports],
         "recommended_parallelism": (
-            None if None in recommended else statistics.median(recommended)  # type: ignore[type-var]
+            None if None in recommended else statistics.median(recommended)
         ),
         "recommended_parallelism_per_run": recommended,
         "sweep_best_parallelism": best,
-        "recommended_vs_best": None if None in ratios else statistics.median(ratios),  # type: ignore[type-var]
+        "recommended_vs_best": None if None in ratios else statistics.median(ratios),
         "recommended_vs_best_per_run": ratios,
         "recommended_steps_from_best_per_run": [r["recommended_steps_from_best"] for r in reports],
         "targets": {
