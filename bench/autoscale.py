@@ -546,9 +546,30 @@ def ramp_run(
     return report
 
 
+def failed_run(index: int, setup: Setup, exc: BaseException) -> dict[str, Any]:
+    """The report of a ramp that raised: every file counts as lost, nothing matched."""
+    return {
+        "run": index,
+        "error": repr(exc)[:2000],
+        "reaction_epochs": None,
+        "flaps": 0,
+        "epochs_lost": len(setup.loads),
+        "checksums_match": False,
+        "checksum_mismatches": [],
+        "timed_out": False,
+        "recommended_parallelism": None,
+        "recommended_vs_best": None,
+        "recommended_steps_from_best": None,
+        "loadavg_start": None,
+        "loadavg_end": _load(),
+        "wall_s": None,
+        "series": [],
+    }
+
+
 def judge(report: dict[str, Any], *, targets: bool) -> list[str]:
     """What one run missed: correctness always; the autoscaling targets when `targets`."""
-    missed = []
+    missed = [f"failed: {report['error']}"] if report.get("error") else []
     if report["epochs_lost"]:
         missed.append(f"{report['epochs_lost']} epochs lost")
     if not report["checksums_match"]:
@@ -610,8 +631,12 @@ def main(argv: list[str] | None = None) -> int:
         load_after_sweep = _load()
         log(f"sweep best: {best}")
         for index in range(1, runs + 1):
-            reports.append(ramp_run(spark, root, index, setup, policy, best))
-            if index == 1 and args.plot:
+            try:
+                reports.append(ramp_run(spark, root, index, setup, policy, best))
+            except Exception as exc:  # the run failed: report it, go on with the next
+                log(f"ramp {index} failed: {exc!r}")
+                reports.append(failed_run(index, setup, exc))
+            if index == 1 and args.plot and reports[0]["series"]:
                 plot([EpochRow(**r) for r in reports[0]["series"]], setup, args.plot)
                 log(f"plot written to {args.plot}")
     finally:

@@ -93,3 +93,31 @@ def test_lost_epochs_and_steps_from_the_sweeps_best() -> None:
     assert steps_from(4, 3, sweep) == 1 and steps_from(3, 4, sweep) == -1
     assert steps_from(5, 3, sweep) == 2
     assert steps_from(7, 6, sweep) == 0.5 and steps_from(8, 6, sweep) == 1
+
+
+@pytest.mark.spark
+def test_a_run_whose_input_vanishes_stops_and_counts_the_lost_epochs(
+    spark: object, tmp_path: Path
+) -> None:
+    from bench.autoscale import QUICK, run
+
+    loads = [50, 50, 50]
+    data = tmp_path / "vanish-input"
+
+    def remove_the_rest(result: object) -> None:  # after the first commit
+        for path in sorted(data.glob("*.parquet"))[1:]:
+            path.unlink()
+
+    done = run(
+        spark,
+        tmp_path,
+        "vanish",
+        loads,
+        QUICK,
+        parallelism=2,
+        realtime=False,
+        stall_s=3.0,
+        on_commit=remove_the_rest,
+    )
+    assert done.timed_out and len(done.rows) == 1
+    assert analyse(done.rows, loads, 2)["epochs_lost"] == 2
