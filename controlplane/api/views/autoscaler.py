@@ -18,6 +18,32 @@ from controlplane.jobs.selectors import job_get
 
 TAGS = ["autoscaler"]
 MAX_DECISIONS = 200
+_INTEGER = {"type": "integer", "minimum": 0}
+_NUMBER = {"type": "number", "minimum": 0}
+#: the PATCH body: any subset of the policy's fields (docs/autoscaling.md#the-policy)
+POLICY_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "mode": {"type": "string", "enum": ["off", "recommend", "apply"]},
+        "target_utilisation": {**_NUMBER, "minimum": 0.05, "maximum": 1.0},
+        "utilisation_min": {**_NUMBER, "maximum": 1.0},
+        "utilisation_max": {**_NUMBER, "maximum": 2.0},
+        "min_dwell_s": {**_NUMBER, "maximum": 86400},
+        **{
+            name: _INTEGER
+            for name in (
+                "min_parallelism",
+                "max_parallelism",
+                "scale_up_window",
+                "scale_down_window",
+                "cooldown_epochs",
+                "metric_window",
+                "catch_up_epochs",
+            )
+        },
+    },
+}
 
 
 def decision_data(row: AutoscaleDecision) -> dict[str, Any]:
@@ -80,7 +106,7 @@ class JobAutoscalerView(ApiView):
     @extend_schema(
         tags=TAGS,
         summary="Change the job's autoscaling policy (only the fields given)",
-        request={"application/json": {"type": "object", "additionalProperties": False}},
+        request={"application/json": POLICY_SCHEMA},
         responses={200: OpenApiResponse(description="policy and decisions"), 400: error("bad")},
     )
     def patch(self, request: Request, name: str) -> Response:
