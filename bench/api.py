@@ -171,6 +171,7 @@ def server_command(server: str, port: int, *, workers: int, threads: int) -> lis
             # must stay above every client's connection, so the threads limit the work
             "--backpressure=1024",
             "--backlog=2048",
+            "--http1-header-read-timeout=10000",  # the chart's (slow clients)
             "--http=1",
             "--no-ws",
             "--log-level=warning",
