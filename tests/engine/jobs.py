@@ -41,18 +41,19 @@ def aggregate_job(directory: str, **overrides: Any) -> Job:
     return Job(**options)
 
 
-STREAM_ENV = "EPOCHAL_TEST_STREAM"  # "redis:<url>|<stream>,<stream>" or "rabbitmq:<url>|…"
+STREAM_ENV = "EPOCHAL_TEST_STREAM"  # "redis:<url>|<stream>,<stream>", "rabbitmq:<url>|…", "kafka:…"
 
 
 def stream_source(spec: str, **options: Any) -> Any:
-    """A Redis or RabbitMQ Streams source of `{key, value}` JSON records from a spec
-    ``<kind>:<url>|<stream>,<stream>``."""
+    """A Redis Streams, RabbitMQ Streams or Kafka source of `{key, value}` JSON records from a
+    spec ``<kind>:<url>|<stream>,<stream>`` (Kafka: bootstrap servers and topics)."""
+    from runners.engine.kafka_source import KafkaSource
     from runners.engine.rabbitmq_stream import RabbitMQStreamSource
     from runners.engine.redis_stream import RedisStreamSource
 
     kind, _, rest = spec.partition(":")
     url, _, names = rest.rpartition("|")
-    cls = {"redis": RedisStreamSource, "rabbitmq": RabbitMQStreamSource}[kind]
+    cls = {"redis": RedisStreamSource, "rabbitmq": RabbitMQStreamSource, "kafka": KafkaSource}[kind]
     schema = {"key": "string", "value": "int64"}
     return cls(url, names.split(","), schema, required=("key",), **options)
 
