@@ -11,8 +11,10 @@ POINTS = (
     "before_chunks",
     "after_chunks",
     "after_outputs",
+    "after_prepare",
     "after_manifest",
     "after_cas",
+    "mid_sink_commit",
     "mid_notify",
 )
 ENV = "EPOCHAL_CRASH_AT"

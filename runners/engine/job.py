@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runners.engine.aggregations import Aggregation
+from runners.engine.sinks import Sink, check_sinks
 from runners.engine.sources import Source
 from runners.engine.state import EpochContext, KeyedState
 
@@ -40,8 +41,14 @@ class Job:
     config: Mapping[str, Any] = field(default_factory=dict)
     time_mode: str = "wall"
     logical_epoch_ms: int = 1000
+    #: destinations outside the store each epoch's output is committed to (sinks.py)
+    sinks: Sequence[Sink] = ()
 
     def __post_init__(self) -> None:
+        try:
+            self.sinks = check_sinks(self.sinks)
+        except ValueError as exc:
+            raise JobError(f"job {self.name!r}: {exc}") from None
         if (self.aggregate is None) == (self.process is None):
             raise JobError(f"job {self.name!r}: give exactly one of aggregate=[…] or process=fn")
         if self.aggregate is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import time
@@ -63,6 +64,19 @@ def stream_job() -> Job:
     at most 400 records in splits of 100)."""
     source = stream_source(os.environ[STREAM_ENV], max_records_per_epoch=400, records_per_split=100)
     return aggregate_job("", name="stream-crash", source=source)
+
+
+SINK_ENV = "EPOCHAL_TEST_SINK"  # "<bootstrap servers>|<topic>"
+
+
+def stream_sink_job() -> Job:
+    """`stream_job` whose output also goes to a Kafka topic through the exactly-once Kafka
+    sink named by $EPOCHAL_TEST_SINK (`<bootstrap servers>|<topic>`)."""
+    from runners.engine.kafka_sink import KafkaSink
+
+    servers, _, topic = os.environ[SINK_ENV].partition("|")
+    sink = KafkaSink(servers, topic, transaction_timeout_ms=10_000)
+    return dataclasses.replace(stream_job(), sinks=[sink])
 
 
 def crash_job() -> Job:
