@@ -38,8 +38,9 @@ from runners.engine.sources import DeadLetter, Split, SplitData, decode_json_rec
 from runners.engine.streams import SourceDataLostError, StartingPosition, share
 
 READ_TIMEOUT_S = 120.0
-#: records fetched per consume() call inside a task
+#: records fetched per consume() call inside a task, and the longest wait of one call
 BATCH = 10_000
+POLL_S = 0.1
 ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
 _consumers: dict[str, Any] = {}
 
@@ -311,7 +312,9 @@ class KafkaSource:
                         f"{self.describe(partition)}: offsets {start} to {end - 1} were planned "
                         f"but reading stopped at {position} within {READ_TIMEOUT_S:.0f} s"
                     )
-                batch = consumer.consume(BATCH, 0.5)
+                # consume() waits until it has this many messages or the timeout: ask for
+                # what the range still holds at most (fewer when markers sit in it)
+                batch = consumer.consume(min(BATCH, end - position), POLL_S)
                 for m in batch:
                     error = m.error()
                     if error is None:
