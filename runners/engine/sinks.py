@@ -27,7 +27,7 @@ second phase publishes the same records.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -117,19 +117,6 @@ class Sink(Protocol):
         ...
 
 
-def check_sinks(sinks: Sequence[Any]) -> list[Sink]:
-    """The job's sinks, each a `Sink` with a name of its own (ValueError naming the problem)."""
-    out: list[Sink] = []
-    for sink in sinks:
-        if not isinstance(sink, Sink):
-            raise ValueError(f"sink {sink!r} lacks prepare/commit/committed (runners.engine.sinks)")
-        out.append(sink)
-    names = [s.name for s in out]
-    if len(set(names)) != len(names):
-        raise ValueError(f"sinks {names} share a name: give each its own name=")
-    return out
-
-
 def output_of(
     repo: Repository, namespace: str, manifest: Any, snapshot_id: str, pending: Mapping[str, Any],
     crash: tuple[str, int] | None = None,
@@ -141,4 +128,4 @@ def output_of(
                        snapshot_id, crash)  # fmt: skip
 
 
-__all__ = ["SINKS", "EpochOutput", "Held", "OutputPart", "Sink", "check_sinks", "output_of"]
+__all__ = ["SINKS", "EpochOutput", "Held", "OutputPart", "Sink", "output_of"]
