@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,12 @@ def admin_types() -> Any:
 
 class KafkaError(RuntimeError):
     """A Kafka request failed; the message names the request, the topic and the broker's
-    reason."""
+    reason. `retriable`: the broker says a retry may succeed (a leader that moved, a broker
+    that restarted)."""
+
+    def __init__(self, message: str, *, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 def check_bootstrap(servers: str) -> str:
@@ -71,14 +76,39 @@ def settings(servers: str, config: Mapping[str, Any] | None = None, **more: Any)
     return out
 
 
+def _admin_key(servers: str, config: Mapping[str, Any] | None) -> str:
+    return json.dumps([servers, dict(config or {})], sort_keys=True, default=str)
+
+
 def admin(servers: str, config: Mapping[str, Any] | None = None) -> Any:
     """The process's admin client for these servers and settings (created once)."""
     from confluent_kafka.admin import AdminClient
 
-    key = json.dumps([servers, dict(config or {})], sort_keys=True, default=str)
+    key = _admin_key(servers, config)
     if key not in _admins:
         _admins[key] = AdminClient(settings(servers, config))
     return _admins[key]
+
+
+def ask(
+    servers: str,
+    config: Mapping[str, Any] | None,
+    call: Callable[[Any], Mapping[Any, Any]],
+    what: str,
+    timeout: float = REQUEST_TIMEOUT_S,
+) -> dict[Any, Any]:
+    """Send an admin request (`call(admin client)` returns its futures) and wait for it. A
+    retriable error — a broker that restarted, a leader that moved — is retried with a new
+    client (librdkafka's admin client keeps stale leader epochs) until `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return results(call(admin(servers, config)), what)
+        except KafkaError as exc:
+            if not exc.retriable or time.monotonic() > deadline:
+                raise
+            _admins.pop(_admin_key(servers, config), None)
+            time.sleep(0.5)
 
 
 def results(
@@ -90,8 +120,24 @@ def results(
         try:
             out[key] = future.result(timeout=timeout)
         except Exception as exc:  # KafkaException, or a timeout of the future
-            raise KafkaError(f"{what} {_name(key)}: {_reason(exc)}") from None
+            raise KafkaError(
+                f"{what} {_name(key)}: {_reason(exc)}", retriable=_retriable(exc)
+            ) from None
     return out
+
+
+#: errors after which a new admin client succeeds: librdkafka's admin client keeps the leader
+#: epochs it saw before a broker restarted and is refused with them until it is replaced
+#: (no leaders found, not leader, leader not available, fenced / unknown leader epoch)
+STALE_LEADER_CODES = frozenset({-156, 5, 6, 74, 75})
+
+
+def _retriable(exc: BaseException) -> bool:
+    error = exc.args[0] if getattr(exc, "args", ()) else None
+    check, code = getattr(error, "retriable", None), getattr(error, "code", None)
+    if callable(code) and code() in STALE_LEADER_CODES:
+        return True
+    return isinstance(exc, TimeoutError) or bool(check() if callable(check) else False)
 
 
 def _name(key: Any) -> str:
@@ -110,7 +156,16 @@ def _reason(exc: BaseException) -> str:
 
 def topic_partitions(servers: str, config: Mapping[str, Any] | None = None) -> dict[str, int]:
     """topic -> partition count of every topic the cluster lists (internal ones excluded)."""
-    metadata = admin(servers, config).list_topics(timeout=REQUEST_TIMEOUT_S)
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    while True:
+        try:
+            metadata = admin(servers, config).list_topics(timeout=REQUEST_TIMEOUT_S)
+            break
+        except Exception as exc:  # KafkaException: the cluster did not answer
+            if time.monotonic() > deadline:
+                raise KafkaError(f"list the topics at {servers}: {_reason(exc)}") from None
+            _admins.pop(_admin_key(servers, config), None)
+            time.sleep(0.5)
     return {
         name: len(meta.partitions)
         for name, meta in metadata.topics.items()
@@ -263,10 +318,11 @@ def read_topic(
     level = IsolationLevel[isolation_level.upper()]
     count = topic_partitions(servers, client_config).get(topic, 0)
     ends_req = {TopicPartition(topic, p): latest for p in range(count)}
-    ends = results(
-        admin(servers, client_config).list_offsets(ends_req, isolation_level=level),
+    ends = ask(
+        servers, client_config,
+        lambda client: client.list_offsets(ends_req, isolation_level=level),
         "list offsets of",
-    )
+    )  # fmt: skip
     consumer = Consumer(
         settings(servers, client_config, group_id="epochal-reader", enable_auto_commit=False,
                  isolation_level=isolation_level, auto_offset_reset="earliest")
@@ -300,6 +356,7 @@ __all__ = [
     "add_partitions",
     "admin",
     "admin_types",
+    "ask",
     "check_bootstrap",
     "check_config",
     "create_topic",

@@ -42,10 +42,9 @@ import pyarrow as pa
 from runners.engine.crash import maybe_crash
 from runners.engine.kafka_client import (
     KafkaError,
-    admin,
+    ask,
     check_bootstrap,
     check_config,
-    results,
     settings,
     topic_partitions,
 )
@@ -247,10 +246,12 @@ class KafkaSink:
         from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
 
         request = [ConsumerGroupTopicPartitions(group, [TopicPartition(self.topic, 0)])]
-        futures = admin(self.bootstrap_servers, self.config).list_consumer_group_offsets(
-            request, require_stable=True
-        )
-        (answer,) = results(futures, "read the sink marker of").values()
+        answers = ask(
+            self.bootstrap_servers, self.config,
+            lambda client: client.list_consumer_group_offsets(request, require_stable=True),
+            "read the sink marker of",
+        )  # fmt: skip
+        (answer,) = answers.values()
         for tp in answer.topic_partitions:
             if tp.offset >= 0 and tp.metadata:
                 doc = json.loads(tp.metadata)

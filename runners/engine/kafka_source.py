@@ -29,9 +29,9 @@ from runners.engine.kafka_client import (
     KafkaError,
     admin,
     admin_types,
+    ask,
     check_bootstrap,
     check_config,
-    results,
     settings,
 )
 from runners.engine.sources import DeadLetter, Split, SplitData, decode_json_records
@@ -174,7 +174,11 @@ class KafkaSource:
             return {}
         request = {TopicPartition(*parse_partition(n)): spec for n in names}
         level = IsolationLevel[self.isolation_level.upper()]
-        answers = results(self._admin().list_offsets(request, isolation_level=level), what)
+        answers = ask(
+            self.bootstrap_servers, self.config,
+            lambda client: client.list_offsets(request, isolation_level=level),
+            what,
+        )  # fmt: skip
         return {partition_name(tp.topic, tp.partition): int(r.offset) for tp, r in answers.items()}
 
     def _edges(self, names: Sequence[str]) -> tuple[dict[str, int], dict[str, int]]:

@@ -5,7 +5,8 @@ the snapshot's CAS and the Kafka commit, inside the Kafka commit (one part commi
 not), right after the epoch's transactions were prepared, and at a random moment inside an
 epoch; it is restarted each time, the last time at another parallelism. The sink topic read
 with ``read_committed`` then holds every epoch of the branch exactly once (nothing of the
-killed attempts), and its latest row per key equals a failure-free run's.
+killed attempts), and its latest row per key equals a failure-free run's. A broker of the
+test's own (never the shared one) is also killed and restarted while the job runs.
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from runners.engine.kafka_client import (
 )
 from runners.engine.kafka_sink import KafkaSink
 from snapshots_store import Repository
+from tests.engine.crash_harness import head_epoch, run_job
 from tests.engine.crash_harness import random_kills as kill_times
-from tests.engine.crash_harness import run_job
 from tests.engine.jobs import SINK_ENV, STREAM_ENV, stream_sink_job
+from tests.engine.kafka_broker import PrivateBroker, broker_lib
 from tests.engine.test_kafka_sink import by_epoch, output_by_epoch
 
 pytestmark = [pytest.mark.spark, pytest.mark.services]
@@ -64,15 +66,15 @@ def settled(servers: str, topic: str, timeout: float = 30.0) -> None:
     broker after the sink's transaction timeout."""
     from confluent_kafka import IsolationLevel, TopicPartition
 
-    from runners.engine.kafka_client import admin, results
+    from runners.engine.kafka_client import ask
 
     spec = admin_types().OffsetSpec.latest()
     request = {TopicPartition(topic, p): spec for p in range(PARTITIONS)}
     deadline = time.monotonic() + timeout
     while True:
         ends = [
-            {k.partition: v.offset for k, v in results(
-                admin(servers).list_offsets(request, isolation_level=level), "ends of").items()}
+            {k.partition: v.offset for k, v in ask(servers, None, lambda client, level=level:
+                client.list_offsets(request, isolation_level=level), "ends of").items()}
             for level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
         ]  # fmt: skip
         if ends[0] == ends[1]:
@@ -180,3 +182,71 @@ def _scenario(
     assert expected == output_by_epoch(reference)
     assert _latest(published) == _latest(expected)
     assert sum(int(r["count"]) for r in _latest(published).values()) == total
+
+
+@pytest.fixture
+def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateBroker]:
+    """A broker of the test's own, which the test kills and restarts."""
+    from tests.conftest import require_service
+
+    lib = broker_lib()
+    require_service(
+        "the Kafka broker's jars",
+        lib is not None,
+        "run `bin/services up` (it fetches them into var/cache/kafka) or set EPOCHAL_KAFKA_LIB",
+    )
+    assert lib is not None
+    broker = PrivateBroker(lib, tmp_path_factory.mktemp("broker"))
+    broker.start()
+    yield broker
+    broker.kill()
+
+
+def test_broker_killed_and_restarted_while_the_job_runs_loses_and_doubles_nothing(
+    tmp_path: Path, private_broker: PrivateBroker
+) -> None:
+    servers = private_broker.servers
+    source, sink = "clicks", "totals"
+    create_topic(servers, source, PARTITIONS)
+    create_topic(servers, sink, PARTITIONS)
+    for p in range(PARTITIONS):
+        for first in range(0, BEFORE + DURING, BATCH):
+            publish(servers, source, _batch(p, first), partition=p)
+    store = f"file://{tmp_path}/store"
+    env = {STREAM_ENV: f"kafka:{servers}|{source}", SINK_ENV: f"{servers}|{sink}"}
+    seen: list[int] = []
+
+    def outage() -> None:  # once epoch 1 is committed, the broker goes away for a while
+        deadline = time.monotonic() + 180
+        while head_epoch(store, "outage") < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        seen.append(head_epoch(store, "outage"))
+        private_broker.kill()
+        time.sleep(3)
+        private_broker.start()
+
+    chaos = threading.Thread(target=outage, name="broker-outage")
+    chaos.start()
+    runs = [run_job(store=store, namespace="outage", data="", job=JOB, extra_env=env)]
+    chaos.join()
+    while runs[-1].returncode != 0 and len(runs) < 4:  # a run the outage failed: restart it
+        runs.append(run_job(store=store, namespace="outage", data="", job=JOB, extra_env=env,
+                            parallelism=3))  # fmt: skip
+    assert runs[-1].returncode == 0, [r.events[-3:] for r in runs]
+    assert seen and seen[0] >= 1 and runs[-1].head_epoch > seen[0]  # epochs after the outage
+
+    repo = Repository.open(store, "outage")
+    total = PARTITIONS * (BEFORE + DURING)
+    chain = [m for _, m in repo.log("heads/main", first_parent=True)]
+    assert sum(int(m.stats["records_in"]) for m in chain) == total
+    settled(servers, sink)
+    published = by_epoch(servers, sink)
+    assert published == output_by_epoch(repo)
+    latest = _latest(published)
+    assert sum(int(r["count"]) for r in latest.values()) == total
+    expected: dict[str, int] = {}
+    for p in range(PARTITIONS):
+        for first in range(0, BEFORE + DURING, BATCH):
+            for r in _batch(p, first):
+                expected[r["key"]] = expected.get(r["key"], 0) + r["value"]
+    assert {k: int(r["sum_value"]) for k, r in latest.items()} == expected
