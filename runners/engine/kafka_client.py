@@ -90,6 +90,11 @@ def admin(servers: str, config: Mapping[str, Any] | None = None) -> Any:
     return _admins[key]
 
 
+def forget(servers: str, config: Mapping[str, Any] | None = None) -> None:
+    """Drop the process's admin client for these servers (a cluster that is gone for good)."""
+    _admins.pop(_admin_key(servers, config), None)
+
+
 def ask(
     servers: str,
     config: Mapping[str, Any] | None,
@@ -362,6 +367,7 @@ __all__ = [
     "create_topic",
     "delete_records",
     "delete_topics",
+    "forget",
     "publish",
     "read_topic",
     "settings",

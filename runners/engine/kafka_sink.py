@@ -170,7 +170,7 @@ class KafkaSink:
         produce, topic = producer.produce, self.topic
         for table in output.tables(part):
             for key, row in zip(_keys(table, output.key), table.to_pylist(), strict=True):
-                value = orjson.dumps(row)
+                value = orjson.dumps(row, default=str)  # bytes, decimals: as text
                 try:
                     produce(topic, value, key, headers=headers)
                 except BufferError:  # the local queue is full: let deliveries drain it

@@ -26,6 +26,7 @@ from runners.engine.kafka_client import (
     admin_types,
     create_topic,
     delete_topics,
+    forget,
     publish,
 )
 from runners.engine.kafka_sink import KafkaSink
@@ -200,6 +201,7 @@ def private_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Private
     broker.start()
     yield broker
     broker.kill()
+    forget(broker.servers)  # its admin client would retry the dead broker until the end
 
 
 def test_broker_killed_and_restarted_while_the_job_runs_loses_and_doubles_nothing(
