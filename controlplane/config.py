@@ -106,9 +106,11 @@ def store_roots() -> tuple[Path, ...]:
 
 
 def runner() -> str:
+    from runners.launchers import RUNNERS
+
     value = env("RUNNER", "local")
-    if value not in {"local", "kubernetes"}:
-        raise ValueError(f"RUNNER={value!r} is not supported: use local or kubernetes")
+    if value not in RUNNERS:
+        raise ValueError(f"RUNNER={value!r} is not supported: use {', '.join(RUNNERS)}")
     return value
 
 

@@ -70,16 +70,16 @@ def require_service(name: str, available: bool, how: str) -> None:
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    require_service("Redis", _url_answers(url, 6379), f"start Redis or set REDIS_URL ({url})")
+    how = f"run `bin/services up redis` or set REDIS_URL ({url})"
+    require_service("Redis", _url_answers(url, 6379), how)
     return url
 
 
 @pytest.fixture(scope="session")
 def rabbitmq_url() -> str:
     url = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
-    require_service(
-        "RabbitMQ", _url_answers(url, 5672), f"start RabbitMQ or set RABBITMQ_URL ({url})"
-    )
+    how = f"run `bin/services up rabbitmq` or set RABBITMQ_URL ({url})"
+    require_service("RabbitMQ", _url_answers(url, 5672), how)
     return url
 
 
@@ -90,7 +90,7 @@ def rabbitmq_stream_url() -> str:
     require_service(
         "RabbitMQ Streams",
         _url_answers(url, 5552),
-        f"run `rabbitmq-plugins enable rabbitmq_stream` or set RABBITMQ_STREAM_URL ({url})",
+        f"run `bin/services up rabbitmq` or set RABBITMQ_STREAM_URL ({url})",
     )
     return url
 
@@ -117,7 +117,7 @@ def postgresql_db(db: Any) -> None:
     require_service(
         "PostgreSQL",
         connection.vendor == "postgresql",
-        "this test needs DATABASE_URL=postgres://root@127.0.0.1:5432/test",
+        "this test needs PostgreSQL: run `bin/services up` (see the README)",
     )
 
 

@@ -25,6 +25,7 @@ from controlplane.jobs.spark_conf import spark_conf_schema
 from controlplane.lineage.models import COMMIT_KINDS
 from controlplane.operations.models import OperationKind, OperationState
 from controlplane.operations.registry import SPECS
+from runners.launchers import RUNNERS
 
 
 def absolute(request: Any, name: str, *args: Any) -> str:
@@ -359,7 +360,7 @@ class JobCreateSerializer(StrictSerializer):
     )
     branch = serializers.RegexField(REF_PATTERN, max_length=255, default="main")
     parallelism = serializers.IntegerField(min_value=1, max_value=MAX_PARALLELISM_LIMIT, default=2)
-    runner = serializers.ChoiceField(choices=["", "local", "kubernetes"], default="")
+    runner = serializers.ChoiceField(choices=["", *RUNNERS], default="")
     follow = serializers.BooleanField(default=True)
     max_restarts = serializers.IntegerField(min_value=0, max_value=1000, default=5)
     restart_backoff_s = serializers.IntegerField(min_value=0, max_value=86400, default=10)
