@@ -212,8 +212,13 @@ def test_dead_letters_are_kept_with_reasons_and_the_epoch_commits(
     reasons = sorted(d["reason"] for d in dead)
     assert len(reasons) == 4
     assert any("Expecting" in r or "JSON" in r for r in reasons)
-    assert "missing key" in reasons
+    assert any("missing field 'user'" in r for r in reasons)  # the key
     assert any("field 'value'" in r for r in reasons)
+    # each dead letter keeps its line as it was in the file, not a row decoded from it
+    lines = (tmp_path / "json" / "a.jsonl").read_text().splitlines()
+    assert sorted(d["raw"] for d in dead) == sorted(lines[1:4] + lines[5:6])
+    [no_key] = [d for d in dead if "'user'" in d["reason"]]
+    assert no_key["raw"] == lines[2] == '{"value": 3}'
     assert any("JSON object" in r for r in reasons)
     manifest = repo.read_manifest(result.snapshot_id)
     assert manifest.stats["dead_letters"] == 4
