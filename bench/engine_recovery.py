@@ -10,7 +10,8 @@ has passed, the run's process group (driver, JVM, Python workers) is SIGKILLed; 
 is done. The reconciler notices the dead run and requests a start operation, which launches a
 new run from the branch head — adopting the standby. Without ``standby`` there is no pause and
 the restart starts a driver cold. The job is ``bench-recovery`` (`bench.engine.recovery_job`,
-an ``epochal.jobs`` entry point).
+an ``epochal.jobs`` entry point registered by ``bench/entry_points/`` for the processes this
+part starts only: it is not offered to users).
 
 Timed from the kill: ``relaunch`` (until the new run's directory exists: detection, the
 restart request, the start operation up to the launcher), ``session`` (until the new driver
@@ -38,6 +39,7 @@ from bench.datagen import EpochSet
 from bench.timing import log
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+BENCH_ENTRY_POINTS = REPO_ROOT / "bench" / "entry_points"
 APPLICATION = "bench"
 JOB = "bench-main"
 KILL_AFTER_COMMITS = 3
@@ -81,7 +83,8 @@ class Plane:
             "STORE_URL": self.store_url,
             "EPOCHAL_STORE_ROOTS": str(var),
             "RUNNER": "local",
-            "PYTHONPATH": str(REPO_ROOT),
+            # the code, and the metadata registering bench-recovery (not installed for users)
+            "PYTHONPATH": os.pathsep.join((str(REPO_ROOT), str(BENCH_ENTRY_POINTS))),
             "PYTHONUNBUFFERED": "1",
         }
         for key in ("CELERY_RESULT_BACKEND", "CACHE_URL", "REDIS_URL"):
