@@ -36,6 +36,7 @@ urlpatterns = [
         name="key-lookup",
     ),
     path("applications/<str:app>/fork/", actions.fork, name="fork"),
+    path("operations/", operations.operations, name="operations"),
     path("operations/<str:operation_id>/", operations.operation_detail, name="operation"),
     path(
         "operations/<str:operation_id>/cancel/",
