@@ -12,7 +12,7 @@ from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.cli.console import CliError, Console
 from controlplane.cli.verb import Verb
 from controlplane.jobs.models import Job
-from controlplane.jobs.selectors import job_list
+from controlplane.jobs.selectors import job_list, job_shown_state, runs_watched_at
 from controlplane.jobs.services import job_create, version_config_errors
 from controlplane.jobs.store import application_repository, branch_head
 from controlplane.operations.selectors import operation_active_for_job
@@ -26,7 +26,9 @@ def _jobs_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_jobs(args: argparse.Namespace, console: Console) -> int:
     rows: list[dict[str, Any]] = []
+    watched_at = runs_watched_at()
     for job in job_list(application=args.application, state=args.state):
+        shown = job_shown_state(job, watched_at=watched_at)
         try:
             head = branch_head(job) or ""
         except Exception as exc:  # the store may be unreachable: say so, keep listing
@@ -37,7 +39,12 @@ def _run_jobs(args: argparse.Namespace, console: Console) -> int:
                 "name": job.name,
                 "application": job.application.name,
                 "branch": job.branch,
-                "state": job.state,
+                # what is known: `unknown` while nothing watches a run the database calls
+                # running (the control plane is down); the recorded state beside it
+                "state": shown.state,
+                "recorded_state": job.state,
+                "desired_state": job.desired_state,
+                "runs_watched_at": watched_at.isoformat() if watched_at else None,
                 "parallelism": job.parallelism,
                 "head": head,
                 "operation": {
@@ -48,7 +55,7 @@ def _run_jobs(args: argparse.Namespace, console: Console) -> int:
                 }
                 if op
                 else None,
-                "status_reason": job.status_reason,
+                "status_reason": shown.reason,
             }
         )
     if console.as_json:

@@ -103,6 +103,9 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When the reconciler asked for this run's job to start again after the run stopped
+    # without the control plane asking (its shutdown, a signal from outside): once per run.
+    restart_requested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -114,6 +117,19 @@ class Run(models.Model):
     @property
     def live(self) -> bool:
         return self.phase in (RunPhase.PENDING, RunPhase.RUNNING)
+
+
+class Watch(models.Model):
+    """When the control plane last watched the jobs' runs: the reconciler's run watch
+    (`epochal.watch_runs`, every `EPOCHAL_RUN_WATCH_INTERVAL_S`) records each pass here. A
+    job the database calls running is only known to run while this is recent; otherwise the
+    CLI and the dashboard say `unknown (control plane was down)` (`jobs.selectors`)."""
+
+    name = models.CharField(max_length=50, primary_key=True)
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} watched at {self.at.isoformat()}"
 
 
 class JobSummary(models.Model):
