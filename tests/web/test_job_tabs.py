@@ -1,0 +1,123 @@
+"""The job page's tabs: exceptions across restarts (reason, traceback, the epoch a run began
+and never committed), the driver's log (search, follow, download) and the checkpoint history
+(every commit with size and timing, savepoints, failed checkpoints).
+
+The runs are real local runs of a tiny program that prints what the engine prints — its JSON
+events, then a traceback — so the launcher's own log reading is what the pages show."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from controlplane.jobs import services
+from controlplane.jobs.models import Run
+from controlplane.jobs.services import run_refresh
+from runners.job_spec import JobSpec
+from runners.local import LocalLauncher
+from tests.web.conftest import Lineage
+
+ClientFor = Callable[[str | None], Client]
+
+CRASHING = """
+import json, sys
+print(json.dumps({"event": "started", "branch": "main"}), flush=True)
+print(json.dumps({"event": "epoch_start", "n": 1}), flush=True)
+print(json.dumps({"event": "committed", "epoch": 7, "snapshot_id": "x"}), flush=True)
+print(json.dumps({"event": "epoch_start", "n": 2}), flush=True)
+print("INFO a line about nothing", flush=True)
+def deep():
+    raise RuntimeError("state chunk 3 of key group 5 is corrupt")
+deep()
+"""
+
+
+@pytest.fixture
+def crashed_run(lineage: Lineage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
+    """A real local run of the job that printed two epochs' events and crashed in the
+    second (the launcher runs `python -c CRASHING` instead of the engine)."""
+    script = tmp_path / "crash.py"
+    script.write_text(CRASHING)
+    launcher = LocalLauncher(runs_dir=tmp_path / "runs")
+    monkeypatch.setattr(launcher, "command", lambda spec: [sys.executable, str(script)])
+    monkeypatch.setitem(services._LAUNCHERS, "local", launcher)
+    spec = JobSpec(
+        application="clicks",
+        namespace="clicks",
+        branch="main",
+        store_url=lineage.application.effective_store_url,
+        job="clickstream",
+        parallelism=2,
+        run_id="crash0000001",
+    )
+    handle = launcher.start(spec)
+    run = Run.objects.create(
+        job=lineage.job,
+        run_id=spec.run_id,
+        runner="local",
+        parallelism=2,
+        spec=spec.to_dict(),
+        handle=handle.to_dict(),
+        phase="running",
+    )
+    deadline = time.monotonic() + 30
+    while run.phase == "running" and time.monotonic() < deadline:
+        time.sleep(0.2)
+        run = run_refresh(run)
+    assert run.phase == "failed", run.reason
+    return run
+
+
+def test_the_exceptions_tab_shows_why_a_run_failed(
+    client_for: ClientFor, lineage: Lineage, crashed_run: Run
+) -> None:
+    html = client_for("viewer").get("/jobs/clicks-main/exceptions/").content.decode()
+    assert f'data-run="{crashed_run.run_id}"' in html
+    assert "exit code 1" in html
+    assert "RuntimeError: state chunk 3 of key group 5 is corrupt" in html
+    assert "in deep" in html  # the traceback's frames
+    assert "epoch 8 was begun and never committed" in html
+    assert 'data-testid="job-tabs"' in html
+
+
+def test_the_log_tab_searches_follows_and_downloads(
+    client_for: ClientFor, lineage: Lineage, crashed_run: Run
+) -> None:
+    client = client_for("viewer")
+    page = client.get("/jobs/clicks-main/log/").content.decode()
+    assert "INFO a line about nothing" in page and "RuntimeError" in page
+    assert 'hx-trigger="every 2s"' in page  # following by default
+    found = client.get("/jobs/clicks-main/log/?q=runtimeerror&follow=0").content.decode()
+    assert "RuntimeError" in found and "a line about nothing" not in found
+    assert 'hx-trigger="every 2s"' not in found
+    fragment = client.get("/jobs/clicks-main/log/?follow=1", HTTP_HX_REQUEST="true")
+    assert fragment.content.decode().lstrip().startswith('<section id="job-log"')
+    download = client.get(f"/jobs/clicks-main/log/download/?run={crashed_run.run_id}")
+    assert download["Content-Disposition"] == (
+        f'attachment; filename="clicks-main-{crashed_run.run_id}.log"'
+    )
+    assert b'{"event": "epoch_start", "n": 2}' in download.content
+
+
+def test_the_checkpoints_tab_lists_commits_savepoints_and_failures(
+    client_for: ClientFor, lineage: Lineage, crashed_run: Run
+) -> None:
+    lineage.repo.cas_ref("tags/sp-before-crash", None, lineage.main[-1], reason="savepoint")
+    from controlplane.lineage.services import reindex_application
+
+    reindex_application(application=lineage.application, repo=lineage.repo)
+    html = client_for("viewer").get("/jobs/clicks-main/checkpoints/").content.decode()
+    history = html[html.index('data-testid="checkpoints"') :]
+    assert history.count('<tr><td class="num">') == len(lineage.main)
+    assert '<span class="tag">sp-before-crash</span>' in history
+    failed = html[html.index('data-testid="failed-checkpoints"') :]
+    assert crashed_run.run_id in failed and ">8<" in failed
+    summary = html[html.index('data-testid="checkpoint-summary"') :]
+    tagged = history.count('<span class="tag">')
+    assert f"{len(lineage.main)} commits" in summary and "1 failed" in summary
+    assert f">{tagged} savepoint" in summary and tagged >= 1
