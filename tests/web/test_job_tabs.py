@@ -7,68 +7,26 @@ events, then a traceback — so the launcher's own log reading is what the pages
 
 from __future__ import annotations
 
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from django.test import Client
 
-from controlplane.jobs import services
 from controlplane.jobs.models import Run
-from controlplane.jobs.services import run_refresh
-from runners.job_spec import JobSpec
-from runners.local import LocalLauncher
 from tests.web.conftest import Lineage
+from tests.web.runs import CRASHING, local_run
 
 ClientFor = Callable[[str | None], Client]
-
-CRASHING = """
-import json, sys
-print(json.dumps({"event": "started", "branch": "main"}), flush=True)
-print(json.dumps({"event": "epoch_start", "n": 1}), flush=True)
-print(json.dumps({"event": "committed", "epoch": 7, "snapshot_id": "x"}), flush=True)
-print(json.dumps({"event": "epoch_start", "n": 2}), flush=True)
-print("INFO a line about nothing", flush=True)
-def deep():
-    raise RuntimeError("state chunk 3 of key group 5 is corrupt")
-deep()
-"""
 
 
 @pytest.fixture
 def crashed_run(lineage: Lineage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Run:
     """A real local run of the job that printed two epochs' events and crashed in the
-    second (the launcher runs `python -c CRASHING` instead of the engine)."""
-    script = tmp_path / "crash.py"
-    script.write_text(CRASHING)
-    launcher = LocalLauncher(runs_dir=tmp_path / "runs")
-    monkeypatch.setattr(launcher, "command", lambda spec: [sys.executable, str(script)])
-    monkeypatch.setitem(services._LAUNCHERS, "local", launcher)
-    spec = JobSpec(
-        application="clicks",
-        namespace="clicks",
-        branch="main",
-        store_url=lineage.application.effective_store_url,
-        job="clickstream",
-        parallelism=2,
-        run_id="crash0000001",
+    second (tests/web/runs.py)."""
+    run = local_run(
+        lineage.job, tmp_path, monkeypatch, program=CRASHING, run_id="crash0000001", finish=True
     )
-    handle = launcher.start(spec)
-    run = Run.objects.create(
-        job=lineage.job,
-        run_id=spec.run_id,
-        runner="local",
-        parallelism=2,
-        spec=spec.to_dict(),
-        handle=handle.to_dict(),
-        phase="running",
-    )
-    deadline = time.monotonic() + 30
-    while run.phase == "running" and time.monotonic() < deadline:
-        time.sleep(0.2)
-        run = run_refresh(run)
     assert run.phase == "failed", run.reason
     return run
 
