@@ -58,6 +58,13 @@ def test_aggregate_output_equals_running_aggregates_per_changed_key(
     assert head.epoch == 6 and head.parallelism == 2 and head.max_parallelism == 128
     assert head.offsets["files"] == {f"part-{i:05d}.parquet": 2000 for i in range(6)}
     assert head.stats["records_in"] == 2000 and head.stats["dead_letters"] == 0
+    # what each task did, for the epoch view: they add up to the epoch's totals
+    tasks = head.extra["tasks"]
+    assert [t["task"] for t in tasks] == [0, 1]
+    assert sum(t["records_in"] for t in tasks) == head.stats["records_in"]
+    assert sum(t["output_rows"] for t in tasks) == head.stats["output_rows"]
+    assert sum(t["bytes_written"] for t in tasks) == head.stats["bytes_written"]
+    assert round(sum(t["busy_s"] for t in tasks), 3) == round(head.stats["busy_s"], 3)
 
 
 def test_second_run_finds_no_new_data(spark: Any, fixed_run: Repository, epochs_dir: str) -> None:

@@ -7,6 +7,7 @@ events, then a traceback — so the launcher's own log reading is what the pages
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,3 +80,36 @@ def test_the_checkpoints_tab_lists_commits_savepoints_and_failures(
     tagged = history.count('<span class="tag">')
     assert f"{len(lineage.main)} commits" in summary and "1 failed" in summary
     assert f">{tagged} savepoint" in summary and tagged >= 1
+
+
+def test_the_epoch_view_shows_each_tasks_busy_time_and_records(
+    client_for: ClientFor, lineage: Lineage
+) -> None:
+    """The engine writes what each task did into the manifest (`extra.tasks`); the snapshot
+    panel shows it, with each task's busy time against the busiest's."""
+    from controlplane.lineage.services import reindex_application
+    from snapshots_store import Manifest
+
+    head = lineage.main[-1]
+    tasks = [
+        {"task": 0, "records_in": 300, "output_rows": 10, "busy_s": 0.5, "bytes_written": 2048,
+         "key_groups_written": 4},
+        {"task": 1, "records_in": 900, "output_rows": 30, "busy_s": 2.0, "bytes_written": 4096,
+         "key_groups_written": 4},
+    ]  # fmt: skip
+    manifest = Manifest(
+        branch="main", epoch=6, parents=(head,), max_parallelism=8, parallelism=2,
+        kind="epoch", stats={"records_in": 1200}, extra={"tasks": tasks},
+    )  # fmt: skip
+    sid = lineage.repo.commit(manifest, "main", expected_head=head, reason="epoch 6")
+    reindex_application(application=lineage.application, repo=lineage.repo)
+    html = (
+        client_for("viewer")
+        .get(f"/applications/clicks/snapshots/{sid}/", HTTP_HX_REQUEST="true")
+        .content.decode()
+    )
+    table = html[html.index('data-testid="epoch-tasks"') :]
+    rows = re.findall(r'<tr data-task="(\d)">(.*?)</tr>', table, re.S)
+    assert [task for task, _ in rows] == ["0", "1"]
+    assert '300 <span class="muted">(25%)</span>' in rows[0][1] and "0.5 s" in rows[0][1]
+    assert 'style="width: 25%"' in rows[0][1] and 'style="width: 100%"' in rows[1][1]
