@@ -12,8 +12,12 @@ from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.cli.console import CliError, Console
 from controlplane.cli.verb import Verb
 from controlplane.jobs.models import Job
-from controlplane.jobs.selectors import job_list, job_shown_state, runs_watched_at
-from controlplane.jobs.services import job_create, version_config_errors
+from controlplane.jobs.selectors import job_get, job_list, job_shown_state, runs_watched_at
+from controlplane.jobs.services import (
+    job_create,
+    job_set_savepoint_schedule,
+    version_config_errors,
+)
 from controlplane.jobs.store import application_repository, branch_head
 from controlplane.operations.selectors import operation_active_for_job
 from runners import entry_points
@@ -232,4 +236,53 @@ LOG = Verb(
     _run_log,
 )
 
-VERBS = (JOBS, REGISTER, LOG)
+
+def _savepoints_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job")
+    parser.add_argument(
+        "--every", type=int, help="take a savepoint of the running job every N seconds (0: off)"
+    )
+    parser.add_argument("--keep", type=int, help="keep the newest N periodic savepoints (0: all)")
+
+
+def _run_savepoints(args: argparse.Namespace, console: Console) -> int:
+    from controlplane.operations.schedule import periodic_tags
+
+    job = job_get(name=args.job)
+    if args.every is not None or args.keep is not None:
+        job = job_set_savepoint_schedule(
+            job,
+            interval_s=job.savepoint_interval_s if args.every is None else args.every,
+            retention=job.savepoint_retention if args.keep is None else args.keep,
+        )
+    tags = periodic_tags(job)
+    if console.as_json:
+        console.json(
+            {
+                "job": job.name,
+                "interval_s": job.savepoint_interval_s,
+                "retention": job.savepoint_retention,
+                "savepoints": [{"tag": name, "snapshot": sid} for name, sid in tags],
+            }
+        )
+        return 0
+    if job.savepoint_interval_s:
+        keep = f"the newest {job.savepoint_retention}" if job.savepoint_retention else "all"
+        console.line(
+            f"{job.name}: a savepoint every {job.savepoint_interval_s} s while it runs, "
+            f"keeping {keep}"
+        )
+    else:
+        console.line(f"{job.name}: no periodic savepoints (--every SECONDS turns them on)")
+    console.table(["TAG", "SNAPSHOT"], [[name, sid[:12]] for name, sid in tags])
+    return 0
+
+
+SAVEPOINTS = Verb(
+    "savepoints",
+    "a job's periodic savepoints: --every SECONDS, --keep N, and the ones kept",
+    _savepoints_arguments,
+    _run_savepoints,
+)
+
+VERBS = (JOBS, REGISTER, LOG, SAVEPOINTS)

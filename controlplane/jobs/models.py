@@ -51,6 +51,11 @@ class Job(models.Model):
     restart_backoff_s = models.PositiveIntegerField(default=10)
     restarts = models.PositiveIntegerField(default=0)
     next_restart_at = models.DateTimeField(null=True, blank=True)
+    # Periodic savepoints (the Flink Kubernetes Operator's periodicSavepointInterval): every
+    # this many seconds the reconciler tags the running job's head `periodic-BRANCH-TIME`,
+    # keeping the newest `savepoint_retention` of them (0: all). 0 seconds: off.
+    savepoint_interval_s = models.PositiveIntegerField(default=0)
+    savepoint_retention = models.PositiveIntegerField(default=5)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

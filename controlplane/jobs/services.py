@@ -403,3 +403,24 @@ def runs_stop_for_shutdown(
         else:
             say(f"  run {run.run_id} of job {run.job.name}: {run.reason}")
     return runs
+
+
+#: The shortest interval of periodic savepoints (each is an operation and a tag).
+MIN_SAVEPOINT_INTERVAL_S = 10
+
+
+def job_set_savepoint_schedule(job: Job, *, interval_s: int, retention: int) -> Job:
+    """Set `job`'s periodic savepoints: every `interval_s` seconds (0: off), keeping the
+    newest `retention` (0: all). The reconciler takes them (operations/schedule.py)."""
+    fields: dict[str, list[str]] = {}
+    if interval_s != 0 and interval_s < MIN_SAVEPOINT_INTERVAL_S:
+        fields["interval_s"] = [f"0 (off) or at least {MIN_SAVEPOINT_INTERVAL_S} seconds"]
+    if retention < 0:
+        fields["retention"] = ["0 (keep all) or more"]
+    if fields:
+        raise InvalidRequest(f"cannot schedule savepoints of {job.name}: {fields}", fields=fields)
+    Job.objects.filter(pk=job.pk).update(
+        savepoint_interval_s=interval_s, savepoint_retention=retention, updated_at=timezone.now()
+    )
+    job.refresh_from_db()
+    return job

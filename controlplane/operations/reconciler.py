@@ -8,6 +8,8 @@
   gives the job its whole restart budget back (a crash a month is not a crash loop).
   `watch_runs` does only this part, on its own short beat (`EPOCHAL_RUN_WATCH_INTERVAL_S`,
   1 s), so a dead driver is noticed within about a second;
+* periodic savepoints: request the due ones, prune the oldest beyond retention
+  (`controlplane.operations.schedule`);
 * lineage: index commits the index has not seen yet (jobs commit without asking us);
 * retention (hourly, `collect_garbage_all`): gc every application's store and clean up the
   leftovers of runs that ended long ago.
@@ -28,6 +30,7 @@ from controlplane.jobs.services import job_set_state, launcher_for, run_refresh,
 from controlplane.jobs.store import application_repository
 from controlplane.operations.executor import QUEUED
 from controlplane.operations.models import ACTIVE_STATES, Operation
+from controlplane.operations.schedule import prune_periodic_savepoints, request_due_savepoints
 from controlplane.operations.services import operation_enqueue, operation_request
 from runners.launcher import RunHandle
 from snapshots_store import collect_garbage
@@ -226,11 +229,15 @@ def watch_runs() -> dict[str, int]:
 def reconcile_all() -> dict[str, int]:
     dispatched = reconcile_operations()
     checked, restarts = reconcile_jobs()
+    savepoints = request_due_savepoints(timezone.now())
+    pruned = prune_periodic_savepoints()
     indexed = reindex_all()
     return {
         "operations_dispatched": dispatched,
         "runs_checked": checked,
         "restarts_requested": restarts,
+        "savepoints_requested": savepoints,
+        "savepoints_pruned": pruned,
         "snapshots_indexed": indexed,
     }
 

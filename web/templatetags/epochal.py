@@ -139,6 +139,7 @@ VIA = {
     "api": "the REST API",
     "reconciler": "the reconciler",
     "autoscaler": "the autoscaler",
+    "schedule": "the job's savepoint schedule",
 }
 
 
@@ -151,6 +152,6 @@ def asked_by(operation: Any) -> str:
         return f"{user.get_username()}, through {via}"
     if operation.requested_via == "cli":
         return f"{via}, with no user named (`--as USER` names one)"
-    if operation.requested_via in ("reconciler", "autoscaler"):
+    if operation.requested_via in ("reconciler", "autoscaler", "schedule"):
         return f"{via}, on its own"
     return via
