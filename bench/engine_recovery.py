@@ -6,7 +6,8 @@ Per mode, a whole control plane runs in child processes on the embedded defaults
 filesystem broker, the local launcher, the default beat intervals, a state cache directory of
 its own): ``manage.py migrate`` and ``register``, a Celery worker with beat (the reconciler),
 ``manage.py start``. The job is ``bench-recovery`` (`bench.engine.recovery_job`, an
-``epochal.jobs`` entry point) over the part's epoch files.
+``epochal.jobs`` entry point registered by ``bench/entry_points/`` for the processes this part
+starts only: it is not offered to users) over the part's epoch files.
 
 - ``warm``: the version's resources set ``standby``: the local launcher keeps a warm standby
   driver, and the job is paused after its first commit until the standby is warm (so it never
@@ -53,6 +54,8 @@ from bench.datagen import EpochSet
 from bench.timing import log
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: the metadata registering bench-recovery for the processes this part starts (not for users)
+BENCH_ENTRY_POINTS = REPO_ROOT / "bench" / "entry_points"
 APPLICATION = "bench"
 JOB = "bench-main"
 KILL_AFTER_COMMITS = 3
@@ -99,7 +102,8 @@ class Plane:
             # the machine's state cache, this plane's own (node_lost wipes it)
             "EPOCHAL_STATE_CACHE_DIR": str(var / "state-cache"),
             "RUNNER": "local",
-            "PYTHONPATH": str(REPO_ROOT),
+            # the code, and the metadata registering bench-recovery (not installed for users)
+            "PYTHONPATH": os.pathsep.join((str(REPO_ROOT), str(BENCH_ENTRY_POINTS))),
             "PYTHONUNBUFFERED": "1",
         }
         for key in ("CELERY_RESULT_BACKEND", "CACHE_URL", "REDIS_URL"):
