@@ -2,6 +2,8 @@
 
 from django.db import migrations, models
 
+from controlplane.changes.sqlite_rebuild import around
+
 
 class Migration(migrations.Migration):
 
@@ -9,7 +11,8 @@ class Migration(migrations.Migration):
         ('jobs', '0006_run_watch'),
     ]
 
-    operations = [
+    # SQLite rebuilds jobs_job to add a checked column: the change triggers naming it go first
+    operations = around(
         migrations.AddField(
             model_name='job',
             name='savepoint_interval_s',
@@ -20,4 +23,4 @@ class Migration(migrations.Migration):
             name='savepoint_retention',
             field=models.PositiveIntegerField(default=5),
         ),
-    ]
+    )
