@@ -262,6 +262,11 @@ class PostgreSQL(Service):
                 user=self.server_user,
             )
         log = self.log
+        if not data.is_relative_to(SERVICES_DIR.resolve()):  # beside the data the server reaches
+            log = data.with_name(f"{data.name}.log")
+            if not self.log.is_symlink():
+                self.log.unlink(missing_ok=True)
+                self.log.symlink_to(log)
         log.touch()
         if self.server_user:
             shutil.chown(log, self.server_user, self.server_user)

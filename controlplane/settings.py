@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import dj_database_url
+from kombu import Queue
 
 from controlplane import config
 
@@ -200,6 +201,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = config.env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT = "controlplane.broker:Transport"  # atomic message files
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("out", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
@@ -211,6 +213,15 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         "polling_interval": 0.1,
     }
+
+# Two queues, so the control loop never waits behind an operation (an operation may wait
+# minutes for a run to start or an epoch to commit): `operations` runs `epochal.run_operation`;
+# `control` runs everything else — the reconciler, the run watch, lineage indexing, the
+# autoscaler, gc. The demo and the Helm chart give each queue workers of its own (`-Q`); a
+# worker started without `-Q` consumes both.
+CELERY_TASK_QUEUES = (Queue("control"), Queue("operations"))
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_TASK_ROUTES = {"epochal.run_operation": {"queue": "operations"}}
 
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {
@@ -236,6 +247,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 EPOCHAL_OPERATION_LEASE_S = float(config.env("EPOCHAL_OPERATION_LEASE_S", "30"))
 EPOCHAL_OPERATION_MAX_ATTEMPTS = int(config.env("EPOCHAL_OPERATION_MAX_ATTEMPTS", "3"))
 EPOCHAL_RESTART_RESET_AFTER_S = float(config.env("EPOCHAL_RESTART_RESET_AFTER_S", "600"))
+# A run the reconciler has not watched for this long shows `unknown (control plane was down)`.
+EPOCHAL_UNWATCHED_AFTER_S = float(config.env("EPOCHAL_UNWATCHED_AFTER_S", "30"))
 EPOCHAL_GC_RETENTION_DAYS = float(config.env("EPOCHAL_GC_RETENTION_DAYS", "7"))
 EPOCHAL_STORE_URL = config.store_url()
 EPOCHAL_STORE_ROOTS = config.store_roots()

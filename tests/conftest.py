@@ -1,6 +1,6 @@
 """Shared fixtures: one SparkSession per test run, and service checks.
 
-Service-backed tests (PostgreSQL, Redis, RabbitMQ) run when the service answers. In CI
+Service-backed tests (PostgreSQL, Redis, RabbitMQ, Kafka) run when the service answers. In CI
 (`EPOCHAL_REQUIRE_SERVICES=1`, set by `.ci/run`) a missing service fails the test instead of
 skipping it, so CI can never pass by skipping.
 """
@@ -93,6 +93,20 @@ def rabbitmq_stream_url() -> str:
         f"run `bin/services up rabbitmq` or set RABBITMQ_STREAM_URL ({url})",
     )
     return url
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """A Kafka broker's bootstrap servers (`bin/services up` starts one on 127.0.0.1:9092)."""
+    servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    first = servers.split(",")[0]
+    host, _, port = first.rpartition(":")
+    require_service(
+        "Kafka",
+        port.isdigit() and _port_open(host.strip("[]") or "127.0.0.1", int(port)),
+        f"run `bin/services up` or set KAFKA_BOOTSTRAP_SERVERS ({servers})",
+    )
+    return servers
 
 
 @pytest.fixture

@@ -17,6 +17,9 @@ POINTS = (
     "after_cas",
     "mid_notify",
 )
+#: points of a job with sinks (sinks.py): after the sinks staged the epoch, and after a sink
+#: committed the first part of it (the Kafka crash tests use them)
+SINK_POINTS = ("after_prepare", "mid_sink_commit")
 ENV = "EPOCHAL_CRASH_AT"
 ONCE_ENV = "EPOCHAL_CRASH_ONCE_FILE"
 
@@ -27,8 +30,10 @@ def crash_spec() -> tuple[str, int] | None:
     if not raw:
         return None
     point, _, epoch = raw.partition(":")
-    if point not in POINTS or not epoch.isdigit():
-        raise ValueError(f"{ENV}={raw!r}: expected <point>:<epoch> with point in {POINTS}")
+    if point not in POINTS + SINK_POINTS or not epoch.isdigit():
+        raise ValueError(
+            f"{ENV}={raw!r}: expected <point>:<epoch> with point in {POINTS + SINK_POINTS}"
+        )
     return point, int(epoch)
 
 

@@ -68,6 +68,7 @@ def test_default_render_is_valid_kubernetes(helm: Helm) -> None:
     assert kinds == [
         "ConfigMap/epochal-settings",
         "Deployment/epochal-beat",
+        "Deployment/epochal-control",
         "Deployment/epochal-web",
         "Deployment/epochal-worker",
         "Job/epochal-migrate",
@@ -199,6 +200,12 @@ def test_processes_probes_and_migration_hook(helm: Helm) -> None:
     }
     worker = container(deployments["epochal-worker"])
     assert worker["args"][:3] == ["celery", "--app=controlplane", "worker"]
+    # operations and the control loop on workers of their own: the reconciler and lineage
+    # indexing never wait behind an operation
+    assert "--queues=operations" in worker["args"]
+    control = container(deployments["epochal-control"])
+    assert control["args"][:3] == ["celery", "--app=controlplane", "worker"]
+    assert "--queues=control" in control["args"]
     assert deployments["epochal-worker"]["spec"]["template"]["spec"]["serviceAccountName"] == (
         "epochal"
     )

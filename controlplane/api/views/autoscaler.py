@@ -36,6 +36,9 @@ POLICY_PATCH: Final = {
         "cooldown_epochs": {"type": "integer", "minimum": 0, "maximum": 1000},
         "metric_window": _WINDOW,
         "catch_up_epochs": _WINDOW,
+        "utilisation_min": {"type": "number", "minimum": 0.0, "maximum": 1.0},
+        "utilisation_max": {"type": "number", "minimum": 0.05, "maximum": 2.0},
+        "min_dwell_s": {"type": "number", "minimum": 0.0, "maximum": 86400},
     },
     "additionalProperties": False,
 }
