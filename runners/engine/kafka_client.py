@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from snapshots_store.patterns import whole_match
+
 #: settings the source and the sink set themselves; a `config` naming one is refused
 RESERVED = frozenset(
     {"bootstrap.servers", "group.id", "enable.auto.commit", "isolation.level",
@@ -48,7 +50,7 @@ class KafkaError(RuntimeError):
 def check_bootstrap(servers: str) -> str:
     """`servers` if it is a ``host:port[,host:port…]`` list, else ValueError saying so."""
     parts = [s.strip() for s in str(servers).split(",")]
-    if not servers or not all(_SERVER.match(p) for p in parts):
+    if not servers or not all(whole_match(_SERVER, p) for p in parts):
         raise ValueError(
             f"bootstrap_servers {servers!r}: expected host:port[,host:port…] "
             "(e.g. 127.0.0.1:9092; KAFKA_BOOTSTRAP_SERVERS from `bin/services env`)"

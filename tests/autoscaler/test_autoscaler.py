@@ -156,21 +156,23 @@ URL = "/api/jobs/clicks-main/autoscaler/"
 def test_rest_policy_is_strict_and_decisions_are_visible(
     job: Job, api: Callable[[str], APIClient]
 ) -> None:
-    bad: list[tuple[dict[str, Any], str]] = [
-        ({"mode": "sometimes"}, "mode"),
-        ({"min_parallelism": "2"}, "min_parallelism"),  # no coercion
-        ({"max_parallelism": True}, "max_parallelism"),
-        ({"target_utilisation": 1.5}, "target_utilisation"),
-        ({"min_parallelism": 4, "max_parallelism": 3}, "max_parallelism"),
-        ({"scale_up": 1}, "scale_up"),
-        ({"min_dwell_s": "10"}, "min_dwell_s"),
-        ({"min_dwell_s": -1}, "min_dwell_s"),
-        ({"utilisation_max": 0.5}, "utilisation_max"),  # below the target
-        ({"utilisation_min": 0.7}, "utilisation_min"),  # not below the target
+    # 400: what the published schema refuses; 422: well-formed fields that do not fit together
+    # or with the policy's others (docs/api.md)
+    bad: list[tuple[dict[str, Any], str, int]] = [
+        ({"mode": "sometimes"}, "mode", 400),
+        ({"min_parallelism": "2"}, "min_parallelism", 400),  # no coercion
+        ({"max_parallelism": True}, "max_parallelism", 400),
+        ({"target_utilisation": 1.5}, "target_utilisation", 400),
+        ({"min_parallelism": 4, "max_parallelism": 3}, "max_parallelism", 422),
+        ({"scale_up": 1}, "scale_up", 400),
+        ({"min_dwell_s": "10"}, "min_dwell_s", 400),
+        ({"min_dwell_s": -1}, "min_dwell_s", 400),
+        ({"utilisation_max": 0.5}, "utilisation_max", 422),  # below the target
+        ({"utilisation_min": 0.7}, "utilisation_min", 422),  # not below the target
     ]
-    for body, field in bad:
+    for body, field, status in bad:
         response = api("operator").patch(URL, body)
-        assert response.status_code == 400, (body, response.content)
+        assert response.status_code == status, (body, response.content)
         assert field in response.json()["error"]["fields"], response.json()
     assert api("operator").patch(URL, [1, 2]).status_code == 400
     assert api("viewer").patch(URL, {"mode": "apply"}).status_code == 403

@@ -18,6 +18,7 @@ from controlplane.autoscaler.models import AutoscaleDecision, AutoscalePolicy
 from controlplane.errors import InvalidRequest, UnusableRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.selectors import job_get
+from controlplane.patterns import SchemaValidator
 
 TAGS = ["autoscaler"]
 MAX_DECISIONS = 200
@@ -25,7 +26,8 @@ _WINDOW: Final = {"type": "integer", "minimum": 1, "maximum": 1000}
 POLICY_PATCH: Final = {
     "type": "object",
     "description": "The policy fields to change (docs/autoscaling.md); the others stay. "
-    "max_parallelism at least min_parallelism and at most the application's M (else 422).",
+    "Each field is checked against this schema (400); how they fit together and with the "
+    "policy's other fields, and max_parallelism at most the application's M, is a 422.",
     "properties": {
         "mode": {"type": "string", "enum": list(MODES)},
         "target_utilisation": {"type": "number", "minimum": 0.05, "maximum": 1.0},
@@ -73,27 +75,31 @@ def _body(job_name: str, limit: int) -> dict[str, Any]:
     }
 
 
-def _integer(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+_POLICY_SCHEMA: Final = SchemaValidator(POLICY_PATCH)
 
 
-def _check_parallelism_range(job: Job, changes: dict[str, Any]) -> None:
-    """Parallelism bounds of a PATCH: above the schema's limit a 400; what the schema cannot
-    say (422): max_parallelism at most the application's M, and at least min_parallelism once
-    the changes are applied."""
-    current = services.policy_of(job)
-    low = _integer(changes.get("min_parallelism", current.min_parallelism))
-    high = _integer(changes.get("max_parallelism", current.max_parallelism))
-    beyond = [
-        name
-        for name in ("min_parallelism", "max_parallelism")
-        if (value := _integer(changes.get(name))) is not None and value > MAX_PARALLELISM_LIMIT
-    ]
-    if beyond:
+def _schema_refusals(changes: dict[str, Any]) -> dict[str, list[str]]:
+    """Field -> what `POLICY_PATCH` (the schema the API publishes) refuses in `changes`."""
+    refused: dict[str, list[str]] = {}
+    for problem in _POLICY_SCHEMA.iter_errors(changes):
+        if problem.validator == "additionalProperties":
+            for name in sorted(set(changes) - set(POLICY_PATCH["properties"])):
+                refused.setdefault(name, []).append("unknown field")
+            continue
+        name = str(problem.absolute_path[0]) if problem.absolute_path else "body"
+        refused.setdefault(name, []).append(problem.message[:200])
+    return refused
+
+
+def _check_changes(job: Job, changes: dict[str, Any]) -> None:
+    """A PATCH is checked against its published schema first (400 naming each field); what
+    the schema cannot say is a 422: max_parallelism above the application's M."""
+    refused = _schema_refusals(changes)
+    if refused:
         raise InvalidRequest(
-            f"{', '.join(beyond)}: at most {MAX_PARALLELISM_LIMIT}",
-            fields={name: [f"at most {MAX_PARALLELISM_LIMIT}"] for name in beyond},
+            "autoscaling policy fields refused: " + ", ".join(sorted(refused)), fields=refused
         )
+    high = changes.get("max_parallelism")
     m = job.application.max_parallelism
     if high is not None and high > m:
         raise UnusableRequest(
@@ -101,12 +107,6 @@ def _check_parallelism_range(job: Job, changes: dict[str, Any]) -> None:
             f"{job.application.name} (M={m}): a job runs at most M tasks",
             code="parallelism_above_max",
             fields={"max_parallelism": [f"at most {m} (the application's M)"]},
-        )
-    if low is not None and high is not None and high < low:
-        named = [f for f in ("min_parallelism", "max_parallelism") if f in changes]
-        raise UnusableRequest(
-            f"max_parallelism {high} is below min_parallelism {low}",
-            fields={f: ["min_parallelism must not exceed max_parallelism"] for f in named},
         )
 
 
@@ -149,8 +149,9 @@ class JobAutoscalerView(ApiView):
             400: error("A field the policy does not have, a wrong JSON type or a bad value."),
             404: error("No such job."),
             422: error(
-                "max_parallelism above the application's maximum parallelism (M), or below "
-                "min_parallelism."
+                "Fields that do not fit together or with the policy's others (min_parallelism "
+                "above max_parallelism, utilisation_min not below target_utilisation, …), or "
+                "max_parallelism above the application's maximum parallelism (M)."
             ),
         },
     )
@@ -161,6 +162,12 @@ class JobAutoscalerView(ApiView):
                 "the body must be a JSON object of policy fields",
                 fields={"body": ["a JSON object"]},
             )
-        _check_parallelism_range(job, request.data)
-        services.policy_set(job=job, changes=request.data, user=request.user)
+        _check_changes(job, request.data)
+        try:
+            services.policy_set(job=job, changes=request.data, user=request.user)
+        except InvalidRequest as exc:
+            # every field is well-formed (the schema took them): what is left is how they
+            # relate to each other and to the policy's other fields (min <= max, the
+            # utilisation band around the target), which only the whole policy shows
+            raise UnusableRequest(exc.message, fields=exc.fields) from None
         return Response(_body(name, 20))
