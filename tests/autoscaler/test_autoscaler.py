@@ -174,6 +174,10 @@ def test_rest_policy_is_strict_and_decisions_are_visible(
         response = api("operator").patch(URL, body)
         assert response.status_code == status, (body, response.content)
         assert field in response.json()["error"]["fields"], response.json()
+    # valid fields whose combination cannot hold: 422, naming both (docs/api.md)
+    crossed = api("operator").patch(URL, {"min_parallelism": 4, "max_parallelism": 3})
+    assert crossed.status_code == 422, crossed.content
+    assert {"min_parallelism", "max_parallelism"} <= set(crossed.json()["error"]["fields"])
     assert api("operator").patch(URL, [1, 2]).status_code == 400
     assert api("viewer").patch(URL, {"mode": "apply"}).status_code == 403
     assert api("viewer").get(URL).json()["policy"]["mode"] == "off"

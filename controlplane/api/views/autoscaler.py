@@ -93,7 +93,9 @@ def _schema_refusals(changes: dict[str, Any]) -> dict[str, list[str]]:
 
 def _check_changes(job: Job, changes: dict[str, Any]) -> None:
     """A PATCH is checked against its published schema first (400 naming each field); what
-    the schema cannot say is a 422: max_parallelism above the application's M."""
+    the schema cannot say is a 422: max_parallelism above the application's M, or below
+    min_parallelism (naming each of the two the request gave). Other fields that do not fit
+    together are found by the policy's own check (`patch`)."""
     refused = _schema_refusals(changes)
     if refused:
         raise InvalidRequest(
@@ -107,6 +109,15 @@ def _check_changes(job: Job, changes: dict[str, Any]) -> None:
             f"{job.application.name} (M={m}): a job runs at most M tasks",
             code="parallelism_above_max",
             fields={"max_parallelism": [f"at most {m} (the application's M)"]},
+        )
+    current = services.policy_of(job)
+    low = changes.get("min_parallelism", current.min_parallelism)
+    high = changes.get("max_parallelism", current.max_parallelism)
+    if high < low:
+        named = [f for f in ("min_parallelism", "max_parallelism") if f in changes]
+        raise UnusableRequest(
+            f"max_parallelism {high} is below min_parallelism {low}",
+            fields={f: ["min_parallelism must not exceed max_parallelism"] for f in named},
         )
 
 
