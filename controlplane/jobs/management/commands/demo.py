@@ -385,8 +385,10 @@ class Command(BaseCommand):
             )
         )
         if not self.options["request_log"]:
-            # errors (4xx, 5xx) are warnings and still printed; 200s and 304s are not
-            logging.getLogger("django.server").setLevel(logging.WARNING)
+            # errors (4xx, 5xx) are warnings and still printed; 200s and 304s are not. A
+            # filter, not a level: loading the WSGI application configures logging again,
+            # which resets the logger's level but keeps its filters.
+            logging.getLogger("django.server").addFilter(_warnings_only)
         stop = threading.Event()
         if self.options["feed_every"] > 0:
             threading.Thread(target=self._feed, args=(stop,), daemon=True).start()
@@ -520,6 +522,10 @@ class Command(BaseCommand):
             return f"user {other.get_username()} with the password you gave it"
         users.objects.create_superuser(DEMO_USER, "admin@localhost", DEMO_PASSWORD)
         return f"user {DEMO_USER}, password {DEMO_PASSWORD} (created for this local demo)"
+
+
+def _warnings_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
 
 
 def _die_with_parent() -> None:
