@@ -50,11 +50,14 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "controlplane.api.middleware.BodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # audits the refusals below it (and the dashboard's), then refuses oversized or NUL-laden
+    # requests and reads bodies in bounded threads, before any view (docs/security.md)
+    "controlplane.api.middleware.RefusalAuditMiddleware",
+    "controlplane.api.middleware.BodyLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -72,6 +75,9 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = config.env_int("DJANGO_HSTS_SECONDS", 31536000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = config.env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
 SECURE_HSTS_PRELOAD = config.env_bool("DJANGO_HSTS_PRELOAD", HTTPS)
+# Proxies (addresses or networks) whose X-Forwarded-For names the client: lockouts, throttles
+# and rejection counts key on that address (controlplane/proxies.py). Empty: REMOTE_ADDR.
+EPOCHAL_TRUSTED_PROXIES = config.trusted_proxies()
 if config.env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", HTTPS):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
@@ -81,6 +87,10 @@ X_FRAME_OPTIONS = "DENY"
 # Request bodies over this get 413 (controlplane/api/middleware.py); forms and fields too.
 DATA_UPLOAD_MAX_MEMORY_SIZE = config.env_int("EPOCHAL_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000
+# Bodies are read by at most this many threads per process at once (the others answer 503 at
+# once), each within this many seconds (408): controlplane/api/request_bodies.py.
+EPOCHAL_BODY_SLOTS = config.env_int("EPOCHAL_BODY_SLOTS", 4)
+EPOCHAL_BODY_TIMEOUT_S = config.env_int("EPOCHAL_BODY_TIMEOUT_S", 30)
 
 # Shared by every process when CACHE_URL is redis://…: login lockouts and API throttles.
 CACHES = {"default": config.cache_backend(config.cache_url())}
@@ -139,6 +149,8 @@ AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
 AXES_FAILURE_LIMIT = config.env_int("EPOCHAL_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=config.env_int("EPOCHAL_LOGIN_LOCKOUT_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# The address behind the trusted proxies (X-Forwarded-For only from them: controlplane/proxies.py).
+AXES_CLIENT_IP_CALLABLE = "controlplane.proxies.client_address"
 AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_HTTP_RESPONSE_CODE = 429
@@ -300,6 +312,9 @@ EPOCHAL_RESPONSE_CACHE_BYTES = config.env_int("EPOCHAL_RESPONSE_CACHE_BYTES", 16
 EPOCHAL_PRERENDERED_JSON = config.env_bool("EPOCHAL_PRERENDERED_JSON", True)
 EPOCHAL_AUDIT_READS = config.env_bool("EPOCHAL_AUDIT_READS", False)
 EPOCHAL_API_RATE = config.env("EPOCHAL_API_RATE", "100000/hour")
+# Requests per client address (behind EPOCHAL_TRUSTED_PROXIES), anonymous ones included; off
+# by default: without trusted proxies every client behind an Ingress shares its address.
+EPOCHAL_API_ADDRESS_RATE = config.env("EPOCHAL_API_ADDRESS_RATE", "")
 EPOCHAL_METRICS_TOKEN = config.env("EPOCHAL_METRICS_TOKEN", "")
 EPOCHAL_METRICS_COMMIT_WINDOW = int(config.env("EPOCHAL_METRICS_COMMIT_WINDOW", "500"))
 # Dashboard: a running job with input waiting and no commit for this long shows an alarm.

@@ -1,7 +1,7 @@
 """Pick a launcher by name, at the edge: the one module that knows every implementation.
 
-`runners.launcher` defines the protocol and what both implementations share; it never imports
-them, so the arrows run `launchers -> local | kubernetes -> launcher`.
+`runners.launcher` defines the protocol and what the implementations share; it never imports
+them, so the arrows run `launchers -> local | standalone | kubernetes -> launcher`.
 """
 
 from __future__ import annotations
@@ -9,6 +9,9 @@ from __future__ import annotations
 import os
 
 from runners.launcher import Launcher, LauncherError
+
+#: The launchers by name (`RUNNER`, a job's `runner`): the one list every check uses.
+RUNNERS = ("local", "kubernetes", "standalone")
 
 
 def get_launcher(name: str | None = None) -> Launcher:
@@ -23,4 +26,8 @@ def get_launcher(name: str | None = None) -> Launcher:
         from runners.kubernetes import KubernetesLauncher
 
         return KubernetesLauncher.from_env()
-    raise LauncherError(f"RUNNER={chosen!r} is not supported: use local or kubernetes")
+    if chosen == "standalone":
+        from runners.standalone import StandaloneLauncher
+
+        return StandaloneLauncher.from_env()
+    raise LauncherError(f"RUNNER={chosen!r} is not supported: use {', '.join(RUNNERS)}")

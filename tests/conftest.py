@@ -1,6 +1,6 @@
 """Shared fixtures: one SparkSession per test run, and service checks.
 
-Service-backed tests (PostgreSQL, Redis, RabbitMQ) run when the service answers. In CI
+Service-backed tests (PostgreSQL, Redis, RabbitMQ, Kafka) run when the service answers. In CI
 (`EPOCHAL_REQUIRE_SERVICES=1`, set by `.ci/run`) a missing service fails the test instead of
 skipping it, so CI can never pass by skipping.
 """
@@ -70,16 +70,16 @@ def require_service(name: str, available: bool, how: str) -> None:
 @pytest.fixture(scope="session")
 def redis_url() -> str:
     url = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
-    require_service("Redis", _url_answers(url, 6379), f"start Redis or set REDIS_URL ({url})")
+    how = f"run `bin/services up redis` or set REDIS_URL ({url})"
+    require_service("Redis", _url_answers(url, 6379), how)
     return url
 
 
 @pytest.fixture(scope="session")
 def rabbitmq_url() -> str:
     url = os.environ.get("RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672//")
-    require_service(
-        "RabbitMQ", _url_answers(url, 5672), f"start RabbitMQ or set RABBITMQ_URL ({url})"
-    )
+    how = f"run `bin/services up rabbitmq` or set RABBITMQ_URL ({url})"
+    require_service("RabbitMQ", _url_answers(url, 5672), how)
     return url
 
 
@@ -90,9 +90,23 @@ def rabbitmq_stream_url() -> str:
     require_service(
         "RabbitMQ Streams",
         _url_answers(url, 5552),
-        f"run `rabbitmq-plugins enable rabbitmq_stream` or set RABBITMQ_STREAM_URL ({url})",
+        f"run `bin/services up rabbitmq` or set RABBITMQ_STREAM_URL ({url})",
     )
     return url
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> str:
+    """A Kafka broker's bootstrap servers (`bin/services up` starts one on 127.0.0.1:9092)."""
+    servers = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+    first = servers.split(",")[0]
+    host, _, port = first.rpartition(":")
+    require_service(
+        "Kafka",
+        port.isdigit() and _port_open(host.strip("[]") or "127.0.0.1", int(port)),
+        f"run `bin/services up` or set KAFKA_BOOTSTRAP_SERVERS ({servers})",
+    )
+    return servers
 
 
 @pytest.fixture
@@ -103,7 +117,7 @@ def postgresql_db(db: Any) -> None:
     require_service(
         "PostgreSQL",
         connection.vendor == "postgresql",
-        "this test needs DATABASE_URL=postgres://root@127.0.0.1:5432/test",
+        "this test needs PostgreSQL: run `bin/services up` (see the README)",
     )
 
 

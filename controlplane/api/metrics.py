@@ -47,6 +47,9 @@ from runners.engine.fan_in import flatten_inputs
 DURATION_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 COMMIT_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 QUANTILES = (0.5, 0.9, 0.99)
+#: the label naming a job: not `job`, which Prometheus sets to the scrape job's name (a target's
+#: own `job` label would become `exported_job` and the alerts could not name the job)
+JOB_LABEL = "job_name"
 
 
 def _quantile(ordered: list[float], q: float) -> float:
@@ -112,7 +115,7 @@ class DatabaseCollector(Collector):
             family.add_metric([state], counts.get(state, 0))
         yield family
         parallelism = GaugeMetricFamily(
-            "epochal_job_parallelism", "Each job's configured parallelism.", labels=["job"]
+            "epochal_job_parallelism", "Each job's configured parallelism.", labels=[JOB_LABEL]
         )
         for job in jobs:
             parallelism.add_metric([job[1]], job[5])
@@ -165,9 +168,9 @@ class DatabaseCollector(Collector):
                 values.setdefault(app_id, []).append(value)
         latency = GaugeMetricFamily(
             "epochal_commit_latency_seconds",
-            "Epoch time up to the commit point (manifest stats process_s), quantiles over "
+            "Epoch time up to the commit point (manifest stats process_s), percentiles over "
             "the most recent commits of each application.",
-            labels=["application", "quantile"],
+            labels=["application", "percentile"],
         )
         size = GaugeMetricFamily(
             "epochal_commit_latency_window",
@@ -185,7 +188,7 @@ class DatabaseCollector(Collector):
             found.sort()
             size.add_metric([name], len(found))
             for q in QUANTILES if found else ():
-                latency.add_metric([name, str(q)], _quantile(found, q))
+                latency.add_metric([name, f"{q * 100:g}"], _quantile(found, q))
             histogram.add_metric(
                 [name], _histogram(found, COMMIT_BUCKETS), sum_value=round(sum(found), 6)
             )
@@ -205,12 +208,12 @@ class DatabaseCollector(Collector):
             "epochal_job_lag_epochs",
             "Epochs of input waiting after the job's head commit (its source's backlog, or "
             "for a job reading other jobs' outputs the largest edge lag).",
-            labels=["job", "application"],
+            labels=[JOB_LABEL, "application"],
         )
         lag_records = GaugeMetricFamily(
             "epochal_job_lag_records",
             "Records waiting after the job's head commit (sources that can count them).",
-            labels=["job", "application"],
+            labels=[JOB_LABEL, "application"],
         )
         edge_lag = GaugeMetricFamily(
             "epochal_web_edge_lag_epochs",
@@ -282,7 +285,7 @@ class DatabaseCollector(Collector):
         decisions = GaugeMetricFamily(
             "epochal_autoscaler_decisions",
             "Recorded autoscaler decisions (the newest 500 per job) by action and outcome.",
-            labels=["job", "action", "outcome"],
+            labels=[JOB_LABEL, "action", "outcome"],
         )
         rows = (
             AutoscaleDecision.objects.values_list("job__name", "action", "outcome")
@@ -295,7 +298,7 @@ class DatabaseCollector(Collector):
         recommended = GaugeMetricFamily(
             "epochal_autoscaler_recommended_parallelism",
             "The newest autoscaler decision's recommended parallelism per job.",
-            labels=["job", "mode"],
+            labels=[JOB_LABEL, "mode"],
         )
         newest = AutoscaleDecision.objects.values("job").annotate(last=Max("id")).values("last")
         for job, mode, value in (

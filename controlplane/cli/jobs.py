@@ -21,6 +21,7 @@ from controlplane.jobs.services import (
 from controlplane.jobs.store import application_repository, branch_head
 from controlplane.operations.selectors import operation_active_for_job
 from runners import entry_points
+from runners.launchers import RUNNERS
 
 
 def _jobs_arguments(parser: argparse.ArgumentParser) -> None:
@@ -107,7 +108,7 @@ def _register_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--branch", default="main")
     parser.add_argument("--parallelism", type=int, default=2)
     parser.add_argument("--max-parallelism", type=int, default=128)
-    parser.add_argument("--runner", default="", choices=["", "local", "kubernetes"])
+    parser.add_argument("--runner", default="", choices=["", *RUNNERS])
 
 
 def _run_register(args: argparse.Namespace, console: Console) -> int:

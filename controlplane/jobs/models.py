@@ -9,10 +9,11 @@ what parallelism, on which launcher, and whether it should be running (`desired_
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from controlplane.applications.models import NAME_PATTERN, Application, ApplicationVersion
+from controlplane.patterns import WholeRegexValidator
 
 
 class JobState(models.TextChoices):
@@ -32,7 +33,9 @@ class DesiredState(models.TextChoices):
 class Job(models.Model):
     """A deployment of `branch` of `application`, running `version`'s code."""
 
-    name = models.CharField(max_length=100, unique=True, validators=[RegexValidator(NAME_PATTERN)])
+    name = models.CharField(
+        max_length=100, unique=True, validators=[WholeRegexValidator(NAME_PATTERN)]
+    )
     application = models.ForeignKey(Application, on_delete=models.PROTECT, related_name="jobs")
     version = models.ForeignKey(ApplicationVersion, on_delete=models.PROTECT, related_name="jobs")
     branch = models.CharField(max_length=255)

@@ -28,7 +28,7 @@ from runners import entry_points
 from runners.job_spec import JobSpec, JobSpecError, Resources, Toleration, new_run_id
 from runners.launcher import Launcher, LauncherError, RunHandle, RunNotFoundError
 from runners.launcher import RunPhase as LauncherPhase
-from runners.launchers import get_launcher
+from runners.launchers import RUNNERS, get_launcher
 from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name
 
@@ -170,8 +170,8 @@ def job_create(
             f"M={application.max_parallelism}",
             fields={"parallelism": [f"at most M={application.max_parallelism}"]},
         )
-    if runner not in ("", "local", "kubernetes"):
-        fields["runner"] = ["must be local or kubernetes (empty: the deployment's RUNNER)"]
+    if runner not in ("", *RUNNERS):
+        fields["runner"] = [f"must be one of {', '.join(RUNNERS)} (empty: the deployment's RUNNER)"]
     if spark_conf:
         try:
             spark_conf = operator_spark_conf(spark_conf)

@@ -1,4 +1,5 @@
-"""Executors that follow the parallelism when Spark runs on a cluster manager (Kubernetes).
+"""Executors that follow the parallelism when Spark runs on a cluster manager (Kubernetes or
+a standalone cluster).
 
 In local mode the cores are fixed (`local[n]`) and a live rescale only changes the number of
 tasks. On a Kubernetes master each executor is a Pod, so a live rescale must also change the
@@ -29,6 +30,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: masters whose executors are separate processes the pool sizes (Kubernetes, standalone)
+CLUSTER_MASTERS = ("k8s://", "spark://")
 #: Spark's default executor count on Kubernetes when spark.executor.instances is unset
 DEFAULT_INSTANCES = 2
 
@@ -40,7 +43,8 @@ class ExecutorPool:
         conf = sc.getConf()
         self._sc = sc
         dynamic = (conf.get("spark.dynamicAllocation.enabled") or "false").lower() == "true"
-        self.enabled = str(sc.master).startswith("k8s://") and not dynamic
+        master = str(sc.master)
+        self.enabled = master.startswith(CLUSTER_MASTERS) and not dynamic
         self.cores = max(1, int(conf.get("spark.executor.cores") or "1"))
         self.target = int(conf.get("spark.executor.instances") or DEFAULT_INSTANCES)
 

@@ -17,6 +17,9 @@ ProcessFn = Callable[
 ]
 
 
+SINK_METHODS = ("prepare", "commit", "committed")
+
+
 class JobError(ValueError):
     """A job declaration the engine cannot run."""
 
@@ -40,8 +43,21 @@ class Job:
     config: Mapping[str, Any] = field(default_factory=dict)
     time_mode: str = "wall"
     logical_epoch_ms: int = 1000
+    #: destinations outside the store each epoch's output is committed to: objects with the
+    #: methods of `sinks.Sink` (prepare, commit, committed) and a name of their own
+    sinks: Sequence[Any] = ()
 
     def __post_init__(self) -> None:
+        self.sinks = list(self.sinks)
+        for sink in self.sinks:
+            if not all(callable(getattr(sink, m, None)) for m in SINK_METHODS):
+                raise JobError(
+                    f"job {self.name!r}: sink {sink!r} lacks prepare/commit/committed "
+                    "(runners.engine.sinks.Sink)"
+                )
+        sink_names = [getattr(s, "name", None) for s in self.sinks]
+        if len(set(sink_names)) != len(sink_names):
+            raise JobError(f"job {self.name!r}: sinks {sink_names} share a name: give each its own")
         if (self.aggregate is None) == (self.process is None):
             raise JobError(f"job {self.name!r}: give exactly one of aggregate=[…] or process=fn")
         if self.aggregate is not None:

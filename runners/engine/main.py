@@ -158,6 +158,11 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
         count += 1
         print(json.dumps({"event": "committed", **asdict(result)}), flush=True)
     print(json.dumps({"event": "stopped", "reason": reason}), flush=True)
+    for sink in job.sinks:  # producers with nothing left to commit (optional hook)
+        close = getattr(sink, "close", None)
+        if callable(close):
+            with contextlib.suppress(Exception):
+                close()
     with contextlib.suppress(Exception):  # after SIGTERM to the group the JVM may be gone
         spark.stop()
     return 0

@@ -27,7 +27,13 @@ from runners.engine.executors import ExecutorPool
 from runners.engine.hotswap import HOLD as SWAP_HOLD
 from runners.engine.hotswap import SWAP, partner_reader, swap_gate
 from runners.engine.job import Job
-from runners.engine.keygroups import DEFAULT_MAX_PARALLELISM, check_parallelism
+from runners.engine.keygroups import (
+    DEFAULT_MAX_PARALLELISM,
+    check_parallelism,
+    key_group_range,
+    key_group_ranges,
+)
+from runners.engine.sinks import SINKS, EpochOutput, OutputPart, output_of
 from runners.engine.sources import Split, end_offsets
 from runners.engine.tasks import (
     ReduceResult,
@@ -127,6 +133,8 @@ class EpochRunner:
         self.executors = ExecutorPool(spark.sparkContext)
         #: the parallelism this runner last restored state for (None: not yet)
         self._restored_at: int | None = None
+        #: whether the head's pending sink commits (a crashed run's) were finished
+        self._sinks_finished = not job.sinks
 
     # -- one epoch ---------------------------------------------------------------------------
 
@@ -150,6 +158,8 @@ class EpochRunner:
             self.stopped_reason = "stop requested"
             return None
         expected, parent_id, parent = self._parent()
+        if not self._sinks_finished:
+            self._finish_sinks(expected, parent)
         last_epoch = 0 if parent is None else parent.epoch
         stop_after = control.get("stop_after_epoch")
         if isinstance(stop_after, int) and last_epoch >= stop_after:
@@ -179,6 +189,11 @@ class EpochRunner:
         epoch = last_epoch + 1
         # at the boundary, before any task of the epoch: executors for p (none on local[n])
         executors = self.executors.resize(p)
+        for sink in self.job.sinks:  # optional hook: e.g. open Kafka producers meanwhile
+            start_epoch = getattr(sink, "start_epoch", None)
+            if callable(start_epoch):
+                ranges = [(r.start, r.end) for r in key_group_ranges(p, m)]
+                start_epoch(self.namespace, self.branch, epoch, ranges)
         if self.job.time_mode == "logical":
             now_ms = epoch * self.job.logical_epoch_ms
         else:
@@ -233,6 +248,8 @@ class EpochRunner:
             outputs.extend(r.outputs)
         if not gate.emit:  # a hot-swap voids this job's output of the epoch (state goes on)
             outputs = []
+        sink_output, pending = self._prepare_sinks(plan, results, emit=gate.emit)
+        maybe_crash(self.crash, "after_prepare", epoch)
         offsets = {} if parent is None else {s: dict(o) for s, o in parent.offsets.items()}
         ends = getattr(source, "end_offsets", None)  # optional hook: non-monotonic offsets
         offsets[source.name] = (
@@ -306,6 +323,7 @@ class EpochRunner:
                 **_inputs(source, committed, splits),
                 **({} if gate.record is None else {SWAP: gate.record}),
                 **({} if executors is None else {"executors": executors}),
+                **({SINKS: pending} if pending else {}),
             },
         )
         self.repo.write_manifest(manifest)
@@ -328,6 +346,8 @@ class EpochRunner:
             ) from None
         commit_ms = (time.perf_counter() - commit_started) * 1000
         maybe_crash(self.crash, "after_cas", epoch)
+        if sink_output is not None:  # the second phase: the destinations show the epoch
+            self._commit_sinks(sink_output.committing(snapshot_id), pending)
         result = EpochResult(
             snapshot_id=snapshot_id,
             epoch=epoch,
@@ -342,6 +362,65 @@ class EpochRunner:
         )
         self._notify(result)
         return result
+
+    # -- sinks: the second phase of the epoch commit (sinks.py) ------------------------------
+
+    def _prepare_sinks(
+        self, plan: TaskPlan, results: list[ReduceResult], *, emit: bool
+    ) -> tuple[EpochOutput | None, dict[str, Any]]:
+        """Stage the epoch's output in every sink; (the output, pending records by sink)."""
+        if not self.job.sinks:
+            return None, {}
+        parts = []
+        for r in sorted(results, key=lambda r: r.task):
+            rng = key_group_range(r.task, plan.parallelism, plan.max_parallelism)
+            parts.append(OutputPart(rng.start, rng.end, tuple(r.outputs) if emit else ()))
+        output = EpochOutput(self.repo, self.namespace, self.branch, plan.epoch,
+                             self.job.key_columns, tuple(parts), crash=self.crash)  # fmt: skip
+        pending = {}
+        for sink in self.job.sinks:
+            try:
+                pending[sink.name] = output.pending(sink.prepare(output))
+            except Exception as exc:
+                raise EngineError(
+                    f"sink {sink.name!r} could not prepare epoch {plan.epoch}: {exc}; nothing "
+                    "was committed"
+                ) from exc
+        return output, pending
+
+    def _commit_sinks(self, output: EpochOutput, pending: dict[str, Any]) -> None:
+        for sink in self.job.sinks:
+            try:
+                sink.commit(output, pending[sink.name]["staged"])
+            except Exception as exc:
+                raise EngineError(
+                    f"sink {sink.name!r} could not commit epoch {output.epoch} (snapshot "
+                    f"{output.snapshot_id} is committed; restarting the job finishes the "
+                    f"sink's commit): {exc}"
+                ) from exc
+
+    def _finish_sinks(self, head_id: str | None, head: Manifest | None) -> None:
+        """Before the runner's first epoch: finish the second phase the branch head records
+        for each sink, if the destination does not hold that snapshot's epoch yet (a run
+        killed between the CAS and the sink's commit, or inside it)."""
+        entries = {} if head is None or head_id is None else head.extra.get(SINKS) or {}
+        for sink in self.job.sinks:
+            entry = entries.get(sink.name)
+            if not isinstance(entry, dict):
+                continue
+            assert head is not None and head_id is not None
+            try:
+                held = sink.committed(entry["staged"])
+                if held is None or held.snapshot_id != head_id:
+                    log.info("sink %s: finishing epoch %d of %s", sink.name, head.epoch, head_id)
+                    output = output_of(self.repo, self.namespace, head, head_id, entry, self.crash)
+                    sink.commit(output, entry["staged"])
+            except Exception as exc:
+                raise EngineError(
+                    f"sink {sink.name!r} could not finish epoch {head.epoch} of snapshot "
+                    f"{head_id} (committed in the store, not yet in the destination): {exc}"
+                ) from exc
+        self._sinks_finished = True
 
     def _route(self, plan: TaskPlan, splits: list[Split]) -> tuple[str, list[routes.Piece]]:
         """The epoch's routing (routing.py) and, for the split routing, its read pieces."""

@@ -542,14 +542,16 @@ def reduce_partition(
 def split_partition(
     plan: TaskPlan, task: int, pieces: Sequence[Piece], directory: str
 ) -> Iterator[ReduceResult]:
-    """The split routing in one stage of p tasks. This task maps its own pieces (every p-th):
-    reads only that piece, writes each owner's rows to the exchange directory and publishes
-    the list. It then collects every other piece's list, waiting a little (twice its own map
-    time) for the task that owns it; a piece still missing then — its task has not started, as
-    when p exceeds the free slots — it maps itself, after claiming it so that two waiting tasks
-    do not both do it. Maps are deterministic, so a piece mapped twice writes the same bytes.
-    Then it reduces the rows sent to it."""
-    started = time.perf_counter()
+    """The split routing in one stage of p tasks. Every piece is mapped by the task that
+    claims it first (a claim file in the exchange directory): this task maps its own pieces
+    (every p-th), then claims and maps every other task's piece that nobody has claimed yet
+    (the last ones of each task first) — as when p exceeds the free slots and the owner has
+    not started — and waits only for pieces another task claimed and is mapping. So a task
+    never idles while work it could do is unclaimed. A claimed piece that is never published
+    (its task failed: Spark retries a task, never its claims) is mapped after
+    `CLAIMED_TIMEOUT_S`; a retried attempt maps its own pieces whoever claimed them. Maps are
+    deterministic, so a piece mapped twice writes the same bytes. Then it reduces the rows
+    sent to it."""
     p = plan.parallelism
     map_s = 0.0
 
@@ -569,28 +571,36 @@ def split_partition(
         map_s += time.perf_counter() - t0
         return written
 
+    retry = _attempt_number() > 0
+    mine = list(pieces[task::p])
+    others = [q for i, q in enumerate(pieces) if i % p != task][::-1]
     everything: list[tuple[int, MapShare]] = []
-    for piece in pieces[task::p]:
+    claimed_elsewhere: list[Piece] = []
+    for piece in [*mine, *others]:
         key = (piece.split_index, piece.part)
-        exchange.claim(directory, key)
-        everything.extend(exchange.published(directory, key) or run(piece))
-    patience = max(0.05, 2 * (time.perf_counter() - started))
-    others = [q for i, q in enumerate(pieces) if i % p != task]
-    for piece in others:
-        key = (piece.split_index, piece.part)
-        got = exchange.wait_published(directory, key, patience)
+        got = exchange.published(directory, key)
+        if got is None and (exchange.claim(directory, key) or (retry and piece in mine)):
+            got = run(piece)
         if got is None:
-            if exchange.claim(directory, key):
-                got = run(piece)
-            else:
-                got = exchange.wait_published(directory, key, exchange.CLAIMED_TIMEOUT_S)
-                got = got if got is not None else run(piece)
-        patience = 0.0  # waited once for the other tasks: the rest are published or claimed
-        everything.extend(got)
+            claimed_elsewhere.append(piece)
+        else:
+            everything.extend(got)
+    for piece in claimed_elsewhere:
+        key = (piece.split_index, piece.part)
+        got = exchange.wait_published(directory, key, exchange.CLAIMED_TIMEOUT_S)
+        everything.extend(got if got is not None else run(piece))
     received = [(owner, share) for owner, share in everything if owner == task]
     for result in reduce_partition(plan, task, received, partial=False):
         result.busy_s = map_s + result.reduce_s  # each map counted on the task that ran it
         yield result
+
+
+def _attempt_number() -> int:
+    """The Spark task attempt running this code (0 first, 1 on the first retry)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return 0 if context is None else int(context.attemptNumber())
 
 
 def restore_tasks(parallelism: int, cores: int) -> int:

@@ -25,7 +25,7 @@ SESSION_GAP_MS = 30 * 60 * 1000
 PAGES = ["/", "/search", "/product", "/cart", "/checkout", "/help", "/account"]
 
 
-SOURCES = ("files", "rabbitmq-stream", "redis-stream")
+SOURCES = ("files", "rabbitmq-stream", "redis-stream", "kafka")
 SCHEMA = {"user": "string", "page": "string", "ts": "int64"}
 
 
@@ -97,7 +97,8 @@ def job(
     start: str = "earliest",
 ) -> Job:
     """The session job over JSON-lines files in `directory` (default) or over the streams
-    `streams` at `url` (`source` ``rabbitmq-stream`` or ``redis-stream``, see docs/sources.md)."""
+    `streams` at `url` (`source` ``rabbitmq-stream`` or ``redis-stream``; ``kafka``: `url` is
+    the bootstrap servers and `streams` the topics; see docs/sources.md)."""
     reader: Any
     if source == "files":
         if not directory:
@@ -111,6 +112,10 @@ def job(
         from runners.engine.redis_stream import RedisStreamSource
 
         reader = RedisStreamSource(url, list(streams), SCHEMA, required=("user",), start=start)
+    elif source == "kafka":
+        from runners.engine.kafka_source import KafkaSource
+
+        reader = KafkaSource(url, list(streams), SCHEMA, required=("user",), start=start)
     else:
         raise ValueError(f"source {source!r}: expected one of {', '.join(SOURCES)}")
     return Job(name="clickstream-sessions", source=reader, key="user", process=sessions,

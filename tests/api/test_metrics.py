@@ -47,8 +47,8 @@ def test_metrics_report_jobs_epochs_commit_latency_and_operations(
     assert got[("epochal_branch_head_epoch", (app, ("branch", "main")))] == 4
     # process_s of the 5 epoch commits: 0.2 .. 0.5 (main epochs 1-4) and 0.4 (exp epoch 3)
     assert got[("epochal_commit_latency_window", (app,))] == 5
-    assert got[("epochal_commit_latency_seconds", (app, ("quantile", "0.5")))] == 0.4
-    assert got[("epochal_commit_latency_seconds", (app, ("quantile", "0.99")))] == 0.5
+    assert got[("epochal_commit_latency_seconds", (app, ("percentile", "50")))] == 0.4
+    assert got[("epochal_commit_latency_seconds", (app, ("percentile", "99")))] == 0.5
     assert got[("epochal_operations", (("kind", "stop"), ("state", "succeeded")))] == 1
     assert got[("epochal_operations", (("kind", "rescale"), ("state", "pending")))] == 0
     stop = ("kind", "stop")
@@ -114,4 +114,4 @@ def test_metrics_answer_after_a_commit_without_timing(lineage: Lineage, client_f
     got = samples(response.content.decode())
     app = ("application", "clicks")
     assert got[("epochal_commit_latency_window", (app,))] == 5  # the rescale commit has no timing
-    assert got[("epochal_commit_latency_seconds", (app, ("quantile", "0.5")))] == 0.4
+    assert got[("epochal_commit_latency_seconds", (app, ("percentile", "50")))] == 0.4

@@ -113,22 +113,24 @@ def test_lag_per_job_and_per_edge_commit_histogram_and_autoscaler(
     got = scrape()
     edge = (("downstream", "down-main"), ("source", "upstream"), ("upstream", "up-main"))
     assert got[("epochal_web_edge_lag_epochs", edge)] == 3  # up at epoch 5, down read 2
-    assert got[("epochal_job_lag_epochs", (("application", "down"), ("job", "down-main")))] == 3
+    down = (("application", "down"), ("job_name", "down-main"))
+    solo = (("application", "solo"), ("job_name", "solo-main"))
+    assert got[("epochal_job_lag_epochs", down)] == 3
     fan_edge = (("downstream", "fan-main"), ("source", "merged/up"), ("upstream", "up-main"))
     assert got[("epochal_web_edge_lag_epochs", fan_edge)] == 1  # a fan-in's upstream edge
-    assert got[("epochal_job_lag_epochs", (("application", "solo"), ("job", "solo-main")))] == 4
-    assert got[("epochal_job_lag_records", (("application", "solo"), ("job", "solo-main")))] == 1200
-    assert ("epochal_job_lag_records", (("application", "down"), ("job", "down-main"))) not in got
+    assert got[("epochal_job_lag_epochs", solo)] == 4
+    assert got[("epochal_job_lag_records", solo)] == 1200
+    assert ("epochal_job_lag_records", down) not in got
     app = ("application", "up")
     assert got[("epochal_commit_duration_seconds_count", (app,))] == 5
     assert got[("epochal_commit_duration_seconds_bucket", (app, ("le", "0.5")))] == 2
     assert got[("epochal_commit_duration_seconds_bucket", (app, ("le", "1.0")))] == 5
     assert got[("epochal_commit_duration_seconds_sum", (app,))] == pytest.approx(3.0)
-    solo_up = (("action", "scale_up"), ("job", "solo-main"), ("outcome", "recommended"))
+    solo_up = (("action", "scale_up"), ("job_name", "solo-main"), ("outcome", "recommended"))
     assert got[("epochal_autoscaler_decisions", solo_up)] == 1
-    newest = (("job", "solo-main"), ("mode", "recommend"))
+    newest = (("job_name", "solo-main"), ("mode", "recommend"))
     assert got[("epochal_autoscaler_recommended_parallelism", newest)] == 3
-    assert got[("epochal_job_parallelism", (("job", "up-main"),))] == 2
+    assert got[("epochal_job_parallelism", (("job_name", "up-main"),))] == 2
     del up, down
 
 

@@ -5,6 +5,7 @@ the job's commits and indexes its lineage; --no-serve stops the job and the work
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -95,3 +96,40 @@ def test_demo_runs_the_job_from_a_rabbitmq_stream(
     assert f"input:  RabbitMQ stream {stream}" in done.stdout, done.stdout
     assert "the job has consumed all 800 input records" in done.stdout, done.stdout
     assert "workers stopped" in done.stdout
+
+
+@pytest.mark.slow  # a second full demo (worker, job process) costs over a minute of CI
+@pytest.mark.spark
+@pytest.mark.services
+def test_demo_runs_the_job_from_a_kafka_topic(
+    tmp_path: Path, kafka_bootstrap: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import uuid
+
+    from runners.engine.kafka_client import delete_topics
+
+    topic = f"epochal-demo-test-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("KAFKA_BOOTSTRAP_SERVERS", kafka_bootstrap)
+    try:
+        done = _demo(tmp_path, "--input-batches", "2", "--records", "400", "--source",
+                     "kafka", "--topic", topic)  # fmt: skip
+    finally:
+        delete_topics(kafka_bootstrap, [topic])
+    assert f"input:  Kafka topic {topic} at {kafka_bootstrap}" in done.stdout, done.stdout
+    assert "the job has consumed all 800 input records" in done.stdout, done.stdout
+    assert "workers stopped" in done.stdout
+
+
+def test_demo_on_kafka_says_how_to_start_a_broker(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {**os.environ, "EPOCHAL_VAR_DIR": str(tmp_path),
+           "KAFKA_BOOTSTRAP_SERVERS": f"127.0.0.1:{port}"}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "manage.py", "demo", "--no-serve", "--source", "kafka"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert f"no Kafka broker answers at 127.0.0.1:{port}" in done.stderr
+    assert "bin/services up" in done.stderr

@@ -23,7 +23,7 @@ def control_plane(tmp_path: Path, transactional_db: Any, redis_url: str) -> Iter
     require_service(
         "PostgreSQL",
         connection.vendor == "postgresql",
-        "end-to-end tests need DATABASE_URL=postgres://root@127.0.0.1:5432/test",
+        "end-to-end tests need PostgreSQL: run `bin/services up` (see the README)",
     )
     import redis
 

@@ -14,9 +14,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
+from runners.engine.chunks import load_key_group
 from snapshots_store import Repository
 from tests.conftest import FAST_START_SUBMIT_ARGS, SUBPROCESS_PYTHONPATH
 from tests.engine.jobs import DATA_ENV, SLOW_ENV
@@ -57,6 +61,16 @@ class Run:
             return None
         epoch = self.base_epoch + self.started_epochs
         return epoch if self.head_epoch == epoch - 1 else None
+
+
+def branch_state(repo: Repository, branch: str = "main") -> pd.DataFrame:
+    """Every key's state at the branch head, read from the store (no cache), sorted by key."""
+    manifest = repo.read_manifest(repo.resolve(branch))
+    frames = [
+        load_key_group(repo, chain, ("key",), use_cache=False).table.to_pandas()
+        for chain in manifest.key_groups.values()
+    ]
+    return pd.concat(frames).sort_values("key").reset_index(drop=True)
 
 
 def head_epoch(store: str, namespace: str) -> int:
@@ -119,13 +133,20 @@ def run_job(
     timeout: float = 240,
     job: str = JOB,
     extra_env: dict[str, str] | None = None,
+    master: str | None = None,
+    submit_args: str = FAST_START_SUBMIT_ARGS,
+    after_epoch_start: tuple[int, float, Callable[[], object]] | None = None,
+    max_epochs: int | None = None,
+    after_second_epoch_start: tuple[int, float, Callable[[], object]] | None = None,
 ) -> Run:
     """One job process. `kill_after_epoch_start=(n, delay)` SIGKILLs its process group `delay`
     seconds after it announces the start of its n-th epoch; `kill_worker_after_epoch_start`
-    SIGKILLs one Python worker instead. `slow_s`: extra seconds per split read."""
+    SIGKILLs one Python worker instead; `after_epoch_start=(n, delay, action)` calls `action`
+    then (e.g. kills an executor of a cluster). `slow_s`: extra seconds per split read.
+    `master` defaults to `local[min(parallelism, 2)]`."""
     env = {**os.environ, DATA_ENV: data, "PYTHONPATH": SUBPROCESS_PYTHONPATH,
            "SPARK_LOCAL_IP": "127.0.0.1", **(extra_env or {})}  # fmt: skip
-    env["PYSPARK_SUBMIT_ARGS"] = FAST_START_SUBMIT_ARGS  # short test jobs: quick JVM start
+    env["PYSPARK_SUBMIT_ARGS"] = submit_args  # short test jobs: quick JVM start
     env.pop("EPOCHAL_CRASH_AT", None)
     env[SLOW_ENV] = str(slow_s)
     if crash_at:
@@ -134,8 +155,10 @@ def run_job(
     cmd = [
         sys.executable, "-m", "runners.engine.main", "--job", job, "--store", store,
         "--namespace", namespace, "--branch", "main", "--parallelism", str(parallelism),
-        "--master", f"local[{min(parallelism, 2)}]",
+        "--master", master or f"local[{min(parallelism, 2)}]",
     ]  # fmt: skip
+    if max_epochs is not None:
+        cmd += ["--max-epochs", str(max_epochs)]
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         start_new_session=True,
@@ -174,6 +197,11 @@ def run_job(
             for spec, action in (
                 (kill_after_epoch_start, kill_group),
                 (kill_worker_after_epoch_start, kill_worker),
+                (after_epoch_start[:2] if after_epoch_start else None, _later(after_epoch_start)),
+                (
+                    after_second_epoch_start[:2] if after_second_epoch_start else None,
+                    _later(after_second_epoch_start),
+                ),
             ):
                 if spec is not None and event.get("n") == spec[0]:
                     timers.append(threading.Timer(spec[1], action))
@@ -193,6 +221,14 @@ def run_job(
         head_epoch=head_epoch(store, namespace),
         worker_killed=killed_worker[0] if killed_worker else None,
     )
+
+
+def _later(planned: tuple[int, float, Callable[[], object]] | None) -> Callable[[], None]:
+    def act() -> None:
+        if planned is not None:
+            planned[2]()
+
+    return act
 
 
 def random_kills(count: int, seed: int) -> list[tuple[int, float]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import time
@@ -41,18 +42,19 @@ def aggregate_job(directory: str, **overrides: Any) -> Job:
     return Job(**options)
 
 
-STREAM_ENV = "EPOCHAL_TEST_STREAM"  # "redis:<url>|<stream>,<stream>" or "rabbitmq:<url>|…"
+STREAM_ENV = "EPOCHAL_TEST_STREAM"  # "redis:<url>|<stream>,<stream>", "rabbitmq:<url>|…", "kafka:…"
 
 
 def stream_source(spec: str, **options: Any) -> Any:
-    """A Redis or RabbitMQ Streams source of `{key, value}` JSON records from a spec
-    ``<kind>:<url>|<stream>,<stream>``."""
+    """A Redis Streams, RabbitMQ Streams or Kafka source of `{key, value}` JSON records from a
+    spec ``<kind>:<url>|<stream>,<stream>`` (Kafka: bootstrap servers and topics)."""
+    from runners.engine.kafka_source import KafkaSource
     from runners.engine.rabbitmq_stream import RabbitMQStreamSource
     from runners.engine.redis_stream import RedisStreamSource
 
     kind, _, rest = spec.partition(":")
     url, _, names = rest.rpartition("|")
-    cls = {"redis": RedisStreamSource, "rabbitmq": RabbitMQStreamSource}[kind]
+    cls = {"redis": RedisStreamSource, "rabbitmq": RabbitMQStreamSource, "kafka": KafkaSource}[kind]
     schema = {"key": "string", "value": "int64"}
     return cls(url, names.split(","), schema, required=("key",), **options)
 
@@ -62,6 +64,19 @@ def stream_job() -> Job:
     at most 400 records in splits of 100)."""
     source = stream_source(os.environ[STREAM_ENV], max_records_per_epoch=400, records_per_split=100)
     return aggregate_job("", name="stream-crash", source=source)
+
+
+SINK_ENV = "EPOCHAL_TEST_SINK"  # "<bootstrap servers>|<topic>"
+
+
+def stream_sink_job() -> Job:
+    """`stream_job` whose output also goes to a Kafka topic through the exactly-once Kafka
+    sink named by $EPOCHAL_TEST_SINK (`<bootstrap servers>|<topic>`)."""
+    from runners.engine.kafka_sink import KafkaSink
+
+    servers, _, topic = os.environ[SINK_ENV].partition("|")
+    sink = KafkaSink(servers, topic, transaction_timeout_ms=10_000)
+    return dataclasses.replace(stream_job(), sinks=[sink])
 
 
 def crash_job() -> Job:

@@ -193,3 +193,46 @@ def test_unknown_routing_is_refused_naming_the_choices(spark: Any, grouped_dir: 
     repo = Repository.open("file:///nonexistent-epochal-store", "x")
     with pytest.raises(ValueError, match="auto, scan, split, shuffle, not 'fast'"):
         EpochRunner(spark, _aggregate_job(grouped_dir), repo=repo, routing="fast")
+
+
+def test_a_task_maps_unclaimed_pieces_of_a_task_not_started_instead_of_waiting(
+    grouped_dir: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Split routing with fewer slots than tasks: task 0 of 2 runs while task 1 has not
+    started. Task 0 claims and maps task 1's pieces at once — it waits for no piece, since none
+    is claimed by anyone else — and task 1, when it runs, finds every piece published and maps
+    nothing; both reduce what a scan would."""
+    from runners.engine import exchange, routing
+    from runners.engine.tasks import TaskPlan, split_partition
+
+    waited: list[tuple[int, int]] = []
+    real_wait = exchange.wait_published
+
+    def spy(directory: str, key: tuple[int, int], timeout_s: float) -> Any:
+        waited.append(key)
+        return real_wait(directory, key, timeout_s)
+
+    monkeypatch.setattr(exchange, "wait_published", spy)
+    job = _aggregate_job(grouped_dir)
+    splits = job.source.plan({})
+    pieces = routing.pieces(job.source, splits, 2)
+    assert len(pieces) == 2  # the file of 8 row groups in two pieces, one per task
+    plan = TaskPlan(
+        job=job,
+        store_url=f"file://{tmp_path}/store",
+        namespace="routing",
+        branch="main",
+        epoch=1,
+        parallelism=2,
+        max_parallelism=128,
+        key_groups={},
+        processing_time_ms=0,
+    )
+    directory = str(tmp_path / "exchange")
+    os.makedirs(directory)
+    first = list(split_partition(plan, 0, pieces, directory))
+    assert waited == [], "task 0 waited for a piece nobody had claimed"
+    assert all(exchange.published(directory, (q.split_index, q.part)) for q in pieces)
+    second = list(split_partition(plan, 1, pieces, directory))
+    assert waited == [] and second[0].busy_s == second[0].reduce_s  # task 1 mapped nothing
+    assert first[0].records_in + second[0].records_in == ROWS * len(splits)

@@ -79,7 +79,7 @@ def test_runner_env_selects_the_launcher(monkeypatch: pytest.MonkeyPatch) -> Non
     launcher = get_launcher()
     assert launcher.name == "kubernetes"
     monkeypatch.setenv("RUNNER", "yarn")
-    with pytest.raises(LauncherError, match="local or kubernetes"):
+    with pytest.raises(LauncherError, match="use local, kubernetes, standalone"):
         get_launcher()
 
 

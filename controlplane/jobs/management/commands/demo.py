@@ -20,7 +20,9 @@ with it (a parent-death signal), the runs go on unwatched and `epochal jobs` sho
 
 ``--source rabbitmq-stream`` publishes the same clicks to the RabbitMQ stream
 ``epochal-demo-clicks`` (``RABBITMQ_STREAM_URL``, default the local broker's stream plugin on
-port 5552) and runs the job on the RabbitMQ Streams source instead of the files.
+port 5552) and runs the job on the RabbitMQ Streams source instead of the files;
+``--source kafka --topic NAME`` does the same with a Kafka topic (``KAFKA_BOOTSTRAP_SERVERS``,
+default the broker `bin/services up` starts on 127.0.0.1:9092) and the Kafka source.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 APPLICATION = "clickstream"
 STREAM = "epochal-demo-clicks"
 DEFAULT_STREAM_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
+DEFAULT_KAFKA = "127.0.0.1:9092"
+KAFKA_PARTITIONS = 2
 JOB = "clickstream-main"
 BRANCH = "main"
 DEMO_USER = "admin"
@@ -78,12 +82,16 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--source",
-            choices=["files", "rabbitmq-stream"],
+            choices=["files", "rabbitmq-stream", "kafka"],
             default="files",
-            help="where the job reads clicks: JSON-lines files (default) or a RabbitMQ stream",
+            help="where the job reads clicks: JSON-lines files (default), a RabbitMQ stream or "
+            "a Kafka topic",
         )
         parser.add_argument(
             "--stream", default=STREAM, help=f"with --source rabbitmq-stream (default {STREAM})"
+        )
+        parser.add_argument(
+            "--topic", default=STREAM, help=f"with --source kafka (default {STREAM})"
         )
         parser.add_argument(
             "--request-log",
@@ -112,8 +120,14 @@ class Command(BaseCommand):
         store_url: str = settings.EPOCHAL_STORE_URL
         self.input_dir = Path(settings.VAR_DIR) / "demo" / "clickstream-input"
         self.stream_url = os.environ.get("RABBITMQ_STREAM_URL", DEFAULT_STREAM_URL)
+        self.kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_KAFKA)
         self.stdout.write(f"store:  {store_url} (namespace {APPLICATION}, branch {BRANCH})")
-        if options["source"] == "rabbitmq-stream":
+        if options["source"] == "kafka":
+            self._check_kafka()
+            self.stream = options["topic"]
+            self.stdout.write(f"input:  Kafka topic {self.stream} at {self.kafka}")
+            job_args = {"source": "kafka", "url": self.kafka, "streams": [self.stream]}
+        elif options["source"] == "rabbitmq-stream":
             self._check_stream_endpoint()
             self.stream = options["stream"]
             self.stdout.write(f"input:  RabbitMQ stream {self.stream} at {self._endpoint_text()}")
@@ -181,8 +195,8 @@ class Command(BaseCommand):
     # -- input -------------------------------------------------------------------------------
 
     def _files(self) -> int:
-        """Input batches so far (files, or batches published to the stream)."""
-        if self.options["source"] == "rabbitmq-stream":
+        """Input batches so far (files, or batches published to the stream or topic)."""
+        if self.options["source"] != "files":
             counts = self._published()
             return len(counts)
         return len(list(self.input_dir.glob("clicks-*"))) if self.input_dir.is_dir() else 0
@@ -190,19 +204,30 @@ class Command(BaseCommand):
     def _generate(self, files: int) -> None:
         from runners.jobs import clickstream
 
-        if self.options["source"] != "rabbitmq-stream":
+        if self.options["source"] == "files":
             clickstream.generate(str(self.input_dir), files=files, clicks=self.options["records"])
             return
-        from runners.engine.rabbitmq_stream import create_stream, publish
-
-        create_stream(self.stream_url, self.stream)
+        publish = self._publisher()
         counts = self._published()
         batches = clickstream.click_batches(files, clicks=self.options["records"])
         for i, rows in enumerate(batches):
             if i >= len(counts):  # publish each batch once, across runs of the demo
-                publish(self.stream_url, self.stream, rows)
+                publish(rows)
                 counts.append(len(rows))
                 self._published_path().write_text(json.dumps(counts))
+
+    def _publisher(self) -> Any:
+        """Create the stream or topic (if missing); a function publishing a batch to it."""
+        if self.options["source"] == "kafka":
+            from runners.engine import kafka_client
+
+            kafka_client.create_topic(self.kafka, self.stream, KAFKA_PARTITIONS)
+            return lambda rows: kafka_client.publish(self.kafka, self.stream, rows,
+                                                     key_field="user")  # fmt: skip
+        from runners.engine.rabbitmq_stream import create_stream, publish
+
+        create_stream(self.stream_url, self.stream)
+        return lambda rows: publish(self.stream_url, self.stream, rows)
 
     def _published_path(self) -> Path:
         return Path(settings.VAR_DIR) / "demo" / f"{self.stream}.batches.json"
@@ -213,7 +238,7 @@ class Command(BaseCommand):
         return list(json.loads(path.read_text())) if path.exists() else []
 
     def _input_records(self) -> int:
-        if self.options["source"] == "rabbitmq-stream":
+        if self.options["source"] != "files":
             return sum(self._published())
         return sum(sum(1 for _ in p.open("rb")) for p in self.input_dir.glob("clicks-*"))
 
@@ -222,6 +247,23 @@ class Command(BaseCommand):
 
         e = Endpoint.parse(self.stream_url)
         return f"{e.host}:{e.port} (vhost {e.vhost})"
+
+    def _check_kafka(self) -> None:
+        from runners.engine.kafka_client import check_bootstrap
+
+        try:
+            first = check_bootstrap(self.kafka).split(",")[0]
+        except ValueError as exc:
+            raise CommandError(f"KAFKA_BOOTSTRAP_SERVERS: {exc}") from None
+        host, _, port = first.rpartition(":")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=2).close()
+        except OSError as exc:
+            raise CommandError(
+                f"--source kafka: no Kafka broker answers at {first} ({exc}); start one with "
+                "`bin/services up` (or set KAFKA_BOOTSTRAP_SERVERS), or run the demo on files "
+                "(the default)"
+            ) from None
 
     def _check_stream_endpoint(self) -> None:
         from runners.engine.rabbitmq_stream import Endpoint
