@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
+
+# `filesystem://` (the embedded default broker) with message files written atomically
+# (controlplane/broker.py). An alias, not `broker_transport`, which would also force it on a
+# connection to another URL (redis://, amqp://).
+TRANSPORT_ALIASES["filesystem"] = "controlplane.broker:Transport"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 

@@ -1,14 +1,18 @@
 """Stopping the serving demo the ways a user does: SIGTERM (`kill`, a supervisor) and SIGHUP
-(a closed terminal). Each stops the job at an epoch boundary through a stop operation and
-leaves no process of the demo's tree alive (the demo, its Celery worker and beat, the Spark
-job's process group). The second run resumes: it prints its login and URL again, one line
-about the history instead of every old epoch, then the new epochs while serving."""
+(a closed terminal). Each stops the workers, then the job at an epoch boundary, and leaves no
+process of the demo's tree alive (the demo, its Celery workers and beat, the Spark job's
+process group). The second run resumes: it prints its login and URL again, one line about
+the history instead of every old epoch, then the new epochs while serving. While serving, the
+demo hands out its static files and our 404 page without DEBUG. (SIGINT and SIGKILL, and
+jobs of the user's own: tests/controlplane/test_demo_restart.py.)"""
 
 from __future__ import annotations
 
 import json
 import re
 import signal
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -49,6 +53,21 @@ def stopped_at_an_epoch_boundary(var_dir: Path) -> None:
     assert repo.read_manifest(ref.target).kind in ("epoch", "rescale", "initial")
 
 
+def served_without_debug(demo: Demo) -> None:
+    """The demo serves its static files itself and answers an unknown path with our 404
+    page, never Django's debug page (it runs without DEBUG); no request log lines."""
+    with urllib.request.urlopen(f"{demo.url}/static/web/app.css", timeout=30) as css:
+        assert css.status == 200 and b".state-unknown" in css.read()
+    try:
+        urllib.request.urlopen(f"{demo.url}/no/such/page/", timeout=30)
+        raise AssertionError("an unknown path answered 200")
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode()
+        assert exc.code == 404 and "There is no page at /no/such/page/" in body, body[:500]
+        assert "URLconf" not in body
+    assert not any('"GET /static/web/app.css' in line for line in demo.lines), demo.output
+
+
 def run_and_signal(var_dir: Path, signum: signal.Signals, batches: str) -> Demo:
     demo = Demo(var_dir, "--input-batches", batches, "--records", "300", "--feed-every", "2")
     try:
@@ -57,6 +76,8 @@ def run_and_signal(var_dir: Path, signum: signal.Signals, batches: str) -> Demo:
         assert demo.url in demo.lines[login]
         banner = demo.wait_for_line("Dashboard:", timeout=600)
         assert "user admin, password epochal-demo" in demo.lines[banner]
+        demo.wait_serving()
+        served_without_debug(demo)
         # new input arrives every 2 s: each new epoch is printed while serving
         demo.wait_for_line("  epoch", start=banner + 1, timeout=300)
         demo.signal(signum)

@@ -75,3 +75,12 @@ def exchange_messages(transport: str, folder: Path) -> tuple[int, list[BaseExcep
 def test_a_consumer_never_reads_a_half_written_message(transport: str, tmp_path: Path) -> None:
     received, errors = exchange_messages(transport, tmp_path)
     assert errors == [] and received == MESSAGES
+
+
+def test_the_control_plane_uses_it_for_filesystem_urls_only() -> None:
+    from controlplane.celery import app
+
+    with app.connection_for_write("filesystem://") as c:
+        assert type(c.transport).__module__ == "controlplane.broker"
+    with app.connection_for_write("redis://127.0.0.1:6379/0") as c:
+        assert type(c.transport).__module__ == "kombu.transport.redis"

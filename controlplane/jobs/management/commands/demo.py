@@ -1,16 +1,22 @@
 """`manage.py demo`: the whole control plane on the embedded default, with the example job.
 
 Generates clickstream input, registers the example session-statistics job
-(runners/jobs/clickstream.py), starts a Celery worker with the reconciler (beat), asks it to
-start the job — a real PySpark run of the epoch-commit engine on Spark `local[2]`, launched by
-the local launcher — prints each epoch as it commits, then serves the dashboard, the REST API
-and the admin while a feeder adds input every few seconds, still printing each new epoch.
-Its login and URL are printed at the start of every run.
+(runners/jobs/clickstream.py), starts two Celery workers — the control loop (reconciler, run
+watch, lineage indexing, autoscaler; with the beat) and the operations, so neither waits for
+the other — asks them to start the job — a real PySpark run of the epoch-commit engine on
+Spark `local[2]`, launched by the local launcher — prints each epoch as it commits, then
+serves the dashboard, the REST API and the admin while a feeder adds input every few seconds,
+still printing each new epoch and each operation (the web server's request lines only with
+`--request-log`). Its login and URL are printed at the start of every run.
 
-Ctrl-C, SIGTERM (`kill`, a supervisor) and SIGHUP (a closed terminal) all stop the job at an
-epoch boundary (a stop operation), then the Celery worker's process group; a job run the stop
-could not end is terminated. Running it again resumes the job from its branch head: the demo
-prints a one-line summary of the history, then only the new epochs.
+Ctrl-C, SIGTERM (`kill`, a supervisor) and SIGHUP (a closed terminal) all shut the control
+plane down: first the workers, then every job's run, each stopped at an epoch boundary with
+the reason `stopped by shutdown of the control plane` and its job's desired state kept (a run
+the stop could not end is terminated). Running it again brings back every job that should
+run — the reconciler starts them from their branch heads; the demo prints a one-line summary
+of the history, then only the new epochs. A SIGKILLed demo stops nothing: its workers die
+with it (a parent-death signal), the runs go on unwatched and `epochal jobs` shows them as
+`unknown (control plane was down)` until the next start finds them running.
 
 ``--source rabbitmq-stream`` publishes the same clicks to the RabbitMQ stream
 ``epochal-demo-clicks`` (``RABBITMQ_STREAM_URL``, default the local broker's stream plugin on
@@ -96,7 +102,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--no-serve",
             action="store_true",
-            help="stop the job and the worker once the input is consumed instead of serving",
+            help="stop the jobs and the workers once the input is consumed instead of serving",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -173,7 +179,7 @@ class Command(BaseCommand):
 
     def _on_signal(self, signum: int, frame: Any) -> None:
         """The first Ctrl-C, SIGTERM or SIGHUP interrupts whatever the demo is doing (like
-        Ctrl-C); later ones, while the demo stops the job and the worker, are noted only."""
+        Ctrl-C); later ones, while the demo stops the workers and the runs, are noted only."""
         if self._stopping:
             self._say(f"{signal.Signals(signum).name} received: still stopping …")
             return
@@ -421,8 +427,10 @@ class Command(BaseCommand):
             )
         )
         if not self.options["request_log"]:
-            # errors (4xx, 5xx) are warnings and still printed; 200s and 304s are not
-            logging.getLogger("django.server").setLevel(logging.WARNING)
+            # errors (4xx, 5xx) are warnings and still printed; 200s and 304s are not. A
+            # filter, not a level: loading the WSGI application configures logging again,
+            # which resets the logger's level but keeps its filters.
+            logging.getLogger("django.server").addFilter(_warnings_only)
         stop = threading.Event()
         if self.options["feed_every"] > 0:
             threading.Thread(target=self._feed, args=(stop,), daemon=True).start()
@@ -517,7 +525,7 @@ class Command(BaseCommand):
             self._terminate_leftover_runs()
 
     def _terminate_leftover_runs(self) -> None:
-        """A job run the stop operation did not end (it timed out, the worker was gone):
+        """A job run the shutdown's stop did not end (it timed out, or failed):
         SIGTERM then SIGKILL its process group, so nothing of the demo outlives it."""
         import json
 
@@ -556,6 +564,10 @@ class Command(BaseCommand):
             return f"user {other.get_username()} with the password you gave it"
         users.objects.create_superuser(DEMO_USER, "admin@localhost", DEMO_PASSWORD)
         return f"user {DEMO_USER}, password {DEMO_PASSWORD} (created for this local demo)"
+
+
+def _warnings_only(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
 
 
 def _die_with_parent() -> None:
