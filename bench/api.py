@@ -15,10 +15,19 @@
    lineage graph (`GET …/lineage/?limit=100&cursor=<id>`) and, as the baseline measured under
    the same load, `GET /healthz` (one `SELECT 1`, no auth, no serializer).
 
-Progress goes to stderr; the last stdout line is one JSON object: `clients`, `snapshots`,
-`p50_ms`, `p99_ms` and `errors` over the three API endpoints, per-endpoint p50/p99, the
-healthz baseline and the ratios to it, the offered and achieved request rates and the load
-of the machine. Nothing is compared with a fixed figure.
+4. The server's CPU per request **per endpoint class**: a window per class (`--class-seconds`)
+   in which every client asks only for that class, its CPU ÷ its requests, counting the
+   PostgreSQL backends serving the scratch database (their process times from /proc: they run
+   the statements and render the lineage and log pages' JSON) with the web server's
+   processes; healthz apart, ``api`` the three API classes together.
+5. Conditional reads, saturation steps and idle watchers (docs/benchmarks.md).
+
+Every phase runs `--runs` times (default 3) against the same server and database. Progress
+goes to stderr; the last stdout line is one JSON object: every figure as the median of the
+runs, every run in ``runs`` with its load averages, and ``verdicts``: each target (CPU per
+request ≤ 3 ms per API class and for the API mix, saturation ≥ 400 req/s, the API p99 ≤ twice
+healthz's at 200 req/s, idle watchers ≤ 5 ms/s) judged on the median of the runs, every run's
+value listed. Exit status 1 when any request of the main windows or the class windows failed.
 """
 
 from __future__ import annotations
@@ -162,6 +171,7 @@ def server_command(server: str, port: int, *, workers: int, threads: int) -> lis
             # must stay above every client's connection, so the threads limit the work
             "--backpressure=1024",
             "--backlog=2048",
+            "--http1-header-read-timeout=10000",  # the chart's (slow clients)
             "--http=1",
             "--no-ws",
             "--log-level=warning",
@@ -265,11 +275,12 @@ def client(
     interval: float,
     samples: Samples | None,
     start: threading.Barrier,
+    endpoints: tuple[str, ...] = ENDPOINTS,
 ) -> None:
     rng = random.Random(index)
     headers = {"Authorization": f"Token {facts['token']}", "Accept": "application/json"}
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    step = index % len(ENDPOINTS)
+    step = index % len(endpoints)
     start.wait()
     until = window["until"]
     next_at = time.monotonic() + rng.random() * interval  # spread the first requests
@@ -279,7 +290,7 @@ def client(
             time.sleep(next_at - now)
         if time.monotonic() >= until:
             break
-        endpoint = ENDPOINTS[step % len(ENDPOINTS)]
+        endpoint = endpoints[step % len(endpoints)]
         step += 1
         path = path_for(endpoint, facts, rng)
         started = time.perf_counter()
@@ -309,6 +320,7 @@ def load(
     rate: float,
     record: bool,
     mode: str = "asyncio",
+    endpoints: tuple[str, ...] = ENDPOINTS,
 ) -> Samples:
     """`clients` paced clients for `seconds`: one asyncio event loop multiplexing their
     connections (`mode="asyncio"`: the generator's own CPU stays small and no client waits
@@ -316,7 +328,15 @@ def load(
     (`mode="threads"`, the generator of the runs before 2026-11-27)."""
     if mode == "asyncio":
         return asyncio.run(
-            _load_async(port, facts, clients=clients, seconds=seconds, rate=rate, record=record)
+            _load_async(
+                port,
+                facts,
+                clients=clients,
+                seconds=seconds,
+                rate=rate,
+                record=record,
+                endpoints=endpoints,
+            )
         )
     samples = Samples()
     start = threading.Barrier(clients + 1)
@@ -330,6 +350,7 @@ def load(
                 "interval": 1.0 / rate,
                 "samples": samples if record else None,
                 "start": start,
+                "endpoints": endpoints,
             },
             daemon=True,
         )
@@ -377,10 +398,11 @@ async def _client_async(
     until: float,
     interval: float,
     samples: Samples | None,
+    endpoints: tuple[str, ...] = ENDPOINTS,
 ) -> None:
     rng = random.Random(index)
     auth = f"Authorization: Token {facts['token']}\r\nAccept: application/json\r\n"
-    step = index % len(ENDPOINTS)
+    step = index % len(endpoints)
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     next_at = time.monotonic() + rng.random() * interval  # spread the first requests
     try:
@@ -390,7 +412,7 @@ async def _client_async(
                 await asyncio.sleep(delay)
             if time.monotonic() >= until:
                 break
-            endpoint = ENDPOINTS[step % len(ENDPOINTS)]
+            endpoint = endpoints[step % len(endpoints)]
             step += 1
             path = path_for(endpoint, facts, rng)
             request = (
@@ -414,7 +436,14 @@ async def _client_async(
 
 
 async def _load_async(
-    port: int, facts: dict[str, Any], *, clients: int, seconds: float, rate: float, record: bool
+    port: int,
+    facts: dict[str, Any],
+    *,
+    clients: int,
+    seconds: float,
+    rate: float,
+    record: bool,
+    endpoints: tuple[str, ...] = ENDPOINTS,
 ) -> Samples:
     samples = Samples()
     until = time.monotonic() + seconds
@@ -427,6 +456,7 @@ async def _load_async(
                 until=until,
                 interval=1.0 / rate,
                 samples=samples if record else None,
+                endpoints=endpoints,
             )
             for i in range(clients)
         )
@@ -475,6 +505,152 @@ def server_cpu_s(master: int) -> float:
     return total / _TICK
 
 
+def postgres_backends(database: str | None) -> list[int]:
+    """The PostgreSQL backend processes serving `database` on this machine, found by their
+    process titles (``postgres: <user> <database> <host>(<port>) <state>``) in /proc."""
+    if not database:
+        return []
+    needle = f" {database} ".encode()
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            title = Path(entry.path, "cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if title.startswith(b"postgres: ") and needle in title + b" ":
+            found.append(int(entry.name))
+    return found
+
+
+def _ticks(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # utime, stime
+
+
+class CpuMeter:
+    """CPU seconds over a window of the web server's processes (`server_processes`) and of the
+    PostgreSQL backends serving the bench's database (`postgres_backends`: they run the
+    statements and, since 2026-11-27, render the lineage and log pages' JSON). Sampled every
+    0.2 s from /proc, so a process that ends inside the window keeps what it used up to its
+    last sample and one that starts inside it counts from zero."""
+
+    def __init__(self, master: int, database: str | None) -> None:
+        self.master = master
+        self.database = database
+        self._first: dict[tuple[str, int], int] = {}
+        self._last: dict[tuple[str, int], int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._started = False
+
+    def _sample(self) -> None:
+        for group, pids in (
+            ("web", server_processes(self.master)),
+            ("postgres", postgres_backends(self.database)),
+        ):
+            for pid in pids:
+                ticks = _ticks(pid)
+                if ticks is None:
+                    continue
+                key = (group, pid)
+                self._first.setdefault(key, ticks if not self._started else 0)
+                self._last[key] = ticks
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self._sample()
+
+    def __enter__(self) -> CpuMeter:
+        self._sample()
+        self._started = True
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def seconds(self, group: str) -> float:
+        ticks = sum(v - self._first[k] for k, v in self._last.items() if k[0] == group)
+        return ticks / _TICK
+
+    @property
+    def web_s(self) -> float:
+        return self.seconds("web")
+
+    @property
+    def postgres_s(self) -> float:
+        return self.seconds("postgres")
+
+
+def cost_per_request(meter: CpuMeter, requests: int) -> dict[str, float | int]:
+    """Milliseconds of CPU per request: the web server's, PostgreSQL's and their sum."""
+    n = max(requests, 1)
+    web, pg = meter.web_s * 1000 / n, meter.postgres_s * 1000 / n
+    return {
+        "total": round(web + pg, 3),
+        "web": round(web, 3),
+        "postgres": round(pg, 3),
+        "requests": requests,
+    }
+
+
+def class_costs(
+    port: int,
+    master: int,
+    database: str | None,
+    facts: dict[str, Any],
+    *,
+    clients: int,
+    seconds: float,
+    rate: float,
+    mode: str,
+) -> dict[str, Any]:
+    """Per endpoint class, a window in which every client asks only for that class at the
+    main window's rate: the server's and PostgreSQL's CPU over the window ÷ its requests.
+    ``api`` is the three API classes together (healthz apart)."""
+    costs: dict[str, Any] = {}
+    totals = {"web": 0.0, "postgres": 0.0, "requests": 0}
+    for endpoint in ENDPOINTS:
+        with CpuMeter(master, database) as meter:
+            samples = load(
+                port,
+                facts,
+                clients=clients,
+                seconds=seconds,
+                rate=rate,
+                record=True,
+                mode=mode,
+                endpoints=(endpoint,),
+            )
+        served = len(samples.latencies[endpoint])
+        costs[endpoint] = {
+            **cost_per_request(meter, served),
+            "errors": samples.errors[endpoint],
+            "p50_ms": round(percentile(samples.latencies[endpoint], 50), 2),
+        }
+        if endpoint in API_ENDPOINTS:
+            totals["web"] += meter.web_s
+            totals["postgres"] += meter.postgres_s
+            totals["requests"] += served
+    n = max(int(totals["requests"]), 1)
+    web, pg = totals["web"] * 1000 / n, totals["postgres"] * 1000 / n
+    costs["api"] = {
+        "total": round(web + pg, 3),
+        "web": round(web, 3),
+        "postgres": round(pg, 3),
+        "requests": int(totals["requests"]),
+    }
+    log(f"CPU per request by class (ms, web + PostgreSQL): {json.dumps(costs)}")
+    return costs
+
+
 def fetch(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) -> Any:
     conn.request("GET", path, headers=headers)
     response = conn.getresponse()
@@ -483,8 +659,15 @@ def fetch(conn: http.client.HTTPConnection, path: str, headers: dict[str, str]) 
 
 
 def conditional_load(
-    port: int, master: int, facts: dict[str, Any], *, clients: int, seconds: float, rate: float
-) -> tuple[list[float], float]:
+    port: int,
+    master: int,
+    facts: dict[str, Any],
+    *,
+    clients: int,
+    seconds: float,
+    rate: float,
+    database: str | None = None,
+) -> tuple[list[float], CpuMeter]:
     """Clients re-asking for what they hold (If-None-Match): latencies of the 304s, and the
     server's CPU seconds over the phase — from when every client holds its ETags (their
     first, full reads are not 304s and are not counted)."""
@@ -526,11 +709,11 @@ def conditional_load(
         thread.start()
     window["until"] = time.monotonic() + 3600  # set for real once every client is ready
     ready.wait(timeout=120)
-    cpu_before = server_cpu_s(master)
-    window["until"] = time.monotonic() + seconds
-    for thread in threads:
-        thread.join(timeout=seconds + 120)
-    return latencies, server_cpu_s(master) - cpu_before
+    with CpuMeter(master, database) as meter:
+        window["until"] = time.monotonic() + seconds
+        for thread in threads:
+            thread.join(timeout=seconds + 120)
+    return latencies, meter
 
 
 def saturation(
@@ -572,7 +755,14 @@ def saturation(
 
 
 def idle_watch(
-    port: int, master: int, facts: dict[str, Any], *, clients: int, seconds: float, hold: int
+    port: int,
+    master: int,
+    facts: dict[str, Any],
+    *,
+    clients: int,
+    seconds: float,
+    hold: int,
+    database: str | None = None,
 ) -> dict[str, Any]:
     """`clients` watching the job (``?watch=hold`` with its ETag) while nothing changes: the
     server's CPU per second over `seconds`."""
@@ -603,14 +793,16 @@ def idle_watch(
     for thread in threads:
         thread.start()
     time.sleep(3)  # every watch established
-    cpu_before, load_before = server_cpu_s(master), os.getloadavg()[0]
+    load_before = os.getloadavg()[0]
     started = time.monotonic()
-    time.sleep(seconds)
-    cpu = server_cpu_s(master) - cpu_before
+    with CpuMeter(master, database) as meter:
+        time.sleep(seconds)
     elapsed = time.monotonic() - started
     stop.set()
     return {
-        "idle_watch_cpu_ms_per_s": round(cpu * 1000 / elapsed, 2),
+        # the web server's and the PostgreSQL backends' CPU per second of wall time
+        "idle_watch_cpu_ms_per_s": round((meter.web_s + meter.postgres_s) * 1000 / elapsed, 2),
+        "idle_watch_postgres_cpu_ms_per_s": round(meter.postgres_s * 1000 / elapsed, 2),
         "idle_watch_clients": clients,
         "idle_watch_seconds": round(elapsed, 1),
         "idle_watch_hold_s": hold,
@@ -710,6 +902,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--conditional-seconds", type=float, default=10.0)
     parser.add_argument(
+        "--class-seconds",
+        type=float,
+        default=10.0,
+        help="seconds of each endpoint class's own window (the CPU per request by class)",
+    )
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=3,
+        help="runs of every phase against the same server; figures and verdicts are medians",
+    )
+    parser.add_argument(
         "--steps",
         default="100,200,300,400,500,600,800",
         help="offered req/s of the saturation steps (stops once the API p99 passes 100 ms)",
@@ -739,6 +943,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--keep", action="store_true", help="keep the scratch database")
     args = parser.parse_args(argv)
+    if args.runs < 1:
+        parser.error("--runs must be >= 1")
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
     os.environ["DJANGO_DEBUG"] = "false"
@@ -753,6 +959,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["DATABASE_URL"] = url
         log(f"scratch database ready; building {args.snapshots:,} snapshots")
         facts = prepare(snapshots=args.snapshots, branches=args.branches, seed=args.seed)
+        database = urlsplit(url).path.lstrip("/") if url.startswith("postgres") else None
         with serve(
             url,
             server=args.server,
@@ -761,74 +968,187 @@ def main(argv: list[str] | None = None) -> int:
             watch_slots=args.watch_slots,
             db_pool=args.db_pool,
         ) as (port, master):
-            if args.warmup_seconds > 0:
-                load(
-                    port,
-                    facts,
-                    clients=args.clients,
-                    seconds=args.warmup_seconds,
-                    rate=args.rate,
-                    record=False,
-                    mode=args.load_client,
-                )
-            load_before = os.getloadavg()[0]
-            cpu_before, client_before = server_cpu_s(master), time.process_time()
-            started = time.monotonic()
-            samples = load(
-                port,
-                facts,
-                clients=args.clients,
-                seconds=args.seconds,
-                rate=args.rate,
-                record=True,
-                mode=args.load_client,
-            )
-            elapsed = time.monotonic() - started
-            cpu = server_cpu_s(master) - cpu_before
-            client_cpu = time.process_time() - client_before
-            load_after = os.getloadavg()[0]
-            log("conditional reads (If-None-Match)")
-            not_modified, cpu_304 = conditional_load(
-                port,
-                master,
-                facts,
-                clients=args.clients,
-                seconds=args.conditional_seconds,
-                rate=args.rate,
-            )
-            load_304 = os.getloadavg()[0]
-            log("saturation steps")
-            steps = saturation(
-                port,
-                facts,
-                clients=args.clients,
-                steps=[float(x) for x in args.steps.split(",") if x],
-                seconds=args.step_seconds,
-                mode=args.load_client,
-            )
-            log(f"{args.clients} idle watchers for {args.idle_seconds:g}s")
-            idle = idle_watch(
-                port,
-                master,
-                facts,
-                clients=args.clients,
-                seconds=args.idle_seconds,
-                hold=args.watch_hold,
-            )
-    result = summarise(samples, facts, args, elapsed)
-    # the server's settings as run (the port is the run's own)
+            runs = []
+            for index in range(args.runs):
+                log(f"== run {index + 1} of {args.runs}")
+                runs.append(one_run(port, master, database, facts, args))
     command = server_command(args.server, 0, workers=args.workers, threads=args.threads)
+    result = combine(runs)
+    # the server's settings as run (the port is the run's own)
     result["server_args"] = [a for a in command[3:] if not a.startswith(("--port", "--bind"))]
     result["server_version"] = _version(args.server)
+    result["postgres_cpu_counted"] = database is not None
+    errors = sum(int(run["errors"]) for run in runs) + sum(
+        int(run["server_cpu_ms_per_request"][e]["errors"]) for run in runs for e in ENDPOINTS
+    )
+    result["errors_all_runs"] = errors
+    log(
+        f"median of {len(runs)} runs: API p50 {result['p50_ms']} ms, p99 {result['p99_ms']} ms; "
+        f"verdicts {json.dumps({k: v['met'] for k, v in result['verdicts'].items()})}; "
+        f"errors {errors}"
+    )
+    print(json.dumps(result))
+    return 1 if errors else 0
+
+
+#: the targets, each judged on the median of every run: (figure, its path in a run, bound)
+TARGETS: tuple[tuple[str, tuple[str, ...], str, float], ...] = (
+    ("server_cpu_ms_per_request.job", ("server_cpu_ms_per_request", "job", "total"), "<=", 3.0),
+    (
+        "server_cpu_ms_per_request.snapshots",
+        ("server_cpu_ms_per_request", "snapshots", "total"),
+        "<=",
+        3.0,
+    ),
+    (
+        "server_cpu_ms_per_request.lineage",
+        ("server_cpu_ms_per_request", "lineage", "total"),
+        "<=",
+        3.0,
+    ),
+    ("server_cpu_ms_per_request.api", ("server_cpu_ms_per_request", "api", "total"), "<=", 3.0),
+    ("saturation_rps", ("saturation_rps",), ">=", 400.0),
+    ("p99_vs_healthz_at_200", ("p99_vs_healthz_at_200",), "<=", 2.0),
+    ("idle_watch_cpu_ms_per_s", ("idle_watch_cpu_ms_per_s",), "<=", 5.0),
+)
+
+
+def _at(run: dict[str, Any], path: tuple[str, ...]) -> Any:
+    value: Any = run
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _median(values: list[Any]) -> float | None:
+    import statistics
+
+    numbers = [float(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    return round(statistics.median(numbers), 3) if numbers else None
+
+
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report: every figure of the runs as its median over them (nested per endpoint
+    class for the CPU), every run in ``runs``, and each target's verdict on its median."""
+    first = runs[0]
+    out: dict[str, Any] = {}
+    for key, value in first.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            out[key] = value
+        else:
+            out[key] = _median([run.get(key) for run in runs])
+    out["server_cpu_ms_per_request"] = {
+        endpoint: {
+            part: _median([run["server_cpu_ms_per_request"][endpoint][part] for run in runs])
+            for part in ("total", "web", "postgres")
+        }
+        for endpoint in first["server_cpu_ms_per_request"]
+    }
+    verdicts = {}
+    for name, path, bound, target in TARGETS:
+        values = [_at(run, path) for run in runs]
+        median = _median(values)
+        met = median is not None and (median <= target if bound == "<=" else median >= target)
+        verdicts[name] = {
+            "target": f"{bound} {target:g}",
+            "median": median,
+            "runs": values,
+            "met": met,
+        }
+    out["runs_count"] = len(runs)
+    out["verdicts"] = verdicts
+    out["runs"] = runs
+    return out
+
+
+def one_run(
+    port: int, master: int, database: str | None, facts: dict[str, Any], args: argparse.Namespace
+) -> dict[str, Any]:
+    """Every phase once against the running server: warm-up, the main window, the CPU per
+    endpoint class, conditional reads, saturation steps, idle watchers."""
+    if args.warmup_seconds > 0:
+        load(
+            port,
+            facts,
+            clients=args.clients,
+            seconds=args.warmup_seconds,
+            rate=args.rate,
+            record=False,
+            mode=args.load_client,
+        )
+    load_before = os.getloadavg()[0]
+    client_before = time.process_time()
+    started = time.monotonic()
+    with CpuMeter(master, database) as mixed:
+        samples = load(
+            port,
+            facts,
+            clients=args.clients,
+            seconds=args.seconds,
+            rate=args.rate,
+            record=True,
+            mode=args.load_client,
+        )
+    elapsed = time.monotonic() - started
+    client_cpu = time.process_time() - client_before
+    load_after = os.getloadavg()[0]
+    log("CPU per endpoint class")
+    by_class = class_costs(
+        port,
+        master,
+        database,
+        facts,
+        clients=args.clients,
+        seconds=args.class_seconds,
+        rate=args.rate,
+        mode=args.load_client,
+    )
+    load_classes = os.getloadavg()[0]
+    log("conditional reads (If-None-Match)")
+    not_modified, cpu_304 = conditional_load(
+        port,
+        master,
+        facts,
+        clients=args.clients,
+        seconds=args.conditional_seconds,
+        rate=args.rate,
+        database=database,
+    )
+    load_304 = os.getloadavg()[0]
+    log("saturation steps")
+    steps = saturation(
+        port,
+        facts,
+        clients=args.clients,
+        steps=[float(x) for x in args.steps.split(",") if x],
+        seconds=args.step_seconds,
+        mode=args.load_client,
+    )
+    log(f"{args.clients} idle watchers for {args.idle_seconds:g}s")
+    idle = idle_watch(
+        port,
+        master,
+        facts,
+        clients=args.clients,
+        seconds=args.idle_seconds,
+        hold=args.watch_hold,
+        database=database,
+    )
+    result = summarise(samples, facts, args, elapsed)
+    result["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     result["loadavg_1m_before"] = round(load_before, 2)
     result["loadavg_1m_after"] = round(load_after, 2)
-    result["server_cpu_ms_per_request"] = round(cpu * 1000 / max(result["requests"], 1), 2)
+    result["loadavg_1m_classes"] = round(load_classes, 2)
+    # per endpoint class, each in a window of its own: web server + PostgreSQL backends
+    result["server_cpu_ms_per_request"] = by_class
+    # the main window's mix (healthz included), web server + PostgreSQL backends
+    result["server_cpu_ms_per_request_mixed"] = cost_per_request(mixed, result["requests"])
     # the load generator's own CPU (this process) over the main window, on the same cores
     result["client_cpu_ms_per_request"] = round(client_cpu * 1000 / max(result["requests"], 1), 2)
     result["p99_ms_304"] = round(percentile(not_modified, 99), 2) if not_modified else None
     result["p50_ms_304"] = round(percentile(not_modified, 50), 2) if not_modified else None
     result["requests_304"] = len(not_modified)
-    result["server_cpu_ms_per_304"] = round(cpu_304 * 1000 / max(len(not_modified), 1), 2)
+    result["server_cpu_ms_per_304"] = cost_per_request(cpu_304, len(not_modified))["total"]
     result["loadavg_1m_304"] = round(load_304, 2)
     good = [s["offered_rps"] for s in steps if s["api_p99_ms"] <= 100 and not s["errors"]]
     result["saturation_rps"] = max(good) if good else 0
@@ -846,8 +1166,7 @@ def main(argv: list[str] | None = None) -> int:
         f"p99 {result['p99_ms']} ms, errors {result['errors']}; healthz p99 "
         f"{result['baseline_healthz_p99_ms']} ms"
     )
-    print(json.dumps(result))
-    return 0
+    return result
 
 
 if __name__ == "__main__":

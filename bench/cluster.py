@@ -20,8 +20,10 @@ job's run has) that runs the epochs with ``EpochRunner`` and reports each epoch'
   one epoch: its restore stage reads all state from the object store.
   ``restore_from_object_store_mb_s`` = stored bytes read ÷ the restore stage's whole Spark job
   (``restore_s``; the inner span from first read to last cached key group is reported beside
-  it). Baseline: ``object_store_read_mb_s``, the same bytes GET from the same server by as
-  many threads as the restore's tasks had read threads. ``restore_ratio`` (target ≥ 0.5).
+  it). Baseline: ``object_store_read_mb_s``, the same objects GET whole from the same server by
+  as many threads as the restore's tasks had read threads. ``restore_ratio`` (target ≥ 0.5).
+  Beside it ``object_store_ranged_read_mb_s``: the same bytes GET in ranges of one key group's
+  share (as the restore asks for them), and ``restore_ratio_vs_ranged_reads``.
 - ``executor_kill``: the 2-worker run again, with one executor SIGKILLed 30% into epoch 3;
   ``executor_kill_epoch_s`` = that epoch's seconds ÷ the median of the other epochs.
 
@@ -165,19 +167,29 @@ class ObjectStore:
     def url(self, prefix: str) -> str:
         return f"s3://{BUCKET}/{prefix}?endpoint_url={self.endpoint}"
 
-    def read_all(self, prefix: str, threads: int) -> tuple[int, float]:
-        """GET every object under `prefix` with `threads` threads: (bytes, seconds)."""
+    def read_all(self, prefix: str, threads: int, range_bytes: int = 0) -> tuple[int, float]:
+        """GET every object under `prefix` with `threads` threads — whole, or in byte ranges
+        of `range_bytes` (as a restore reads key groups' members): (bytes, seconds)."""
         client = self.client()
-        keys = []
+        reads: list[tuple[str, str | None]] = []
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
-            keys += [o["Key"] for o in page.get("Contents", [])]
+            for obj in page.get("Contents", []):
+                size = int(obj["Size"])
+                if not range_bytes or size <= range_bytes:
+                    reads.append((obj["Key"], None))
+                    continue
+                for start in range(0, size, range_bytes):
+                    end = min(size, start + range_bytes) - 1
+                    reads.append((obj["Key"], f"bytes={start}-{end}"))
 
-        def get(key: str) -> int:
-            return len(client.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        def get(read: tuple[str, str | None]) -> int:
+            key, byte_range = read
+            extra = {"Range": byte_range} if byte_range else {}
+            return len(client.get_object(Bucket=BUCKET, Key=key, **extra)["Body"].read())
 
         t0 = time.perf_counter()
         with concurrent.futures.ThreadPoolExecutor(max(1, threads)) as pool:
-            total = sum(pool.map(get, keys))
+            total = sum(pool.map(get, reads))
         return total, time.perf_counter() - t0
 
     def stop(self) -> None:
@@ -352,6 +364,10 @@ class Bench:
         span_s = float(restore_stats.get("restore_span_s", 0) or 0)
         threads = 2 * int(os.environ.get("EPOCHAL_RESTORE_THREADS", "4"))
         stored, read_s = self.store.read_all("restore/", threads)
+        # the same bytes in ranges of one key group's share of the state (M = 128), the way
+        # the restore's threads ask for them
+        range_bytes = max(1, restored // MAX_PARALLELISM)
+        ranged, ranged_s = self.store.read_all("restore/", threads, range_bytes)
         self.out["restore"] = {
             "keys": s.restore_keys,
             "restore_bytes": restored,
@@ -361,6 +377,9 @@ class Bench:
             "store_objects_bytes": stored,
             "store_read_s": round(read_s, 3),
             "store_read_threads": threads,
+            "store_ranged_read_bytes": ranged,
+            "store_ranged_read_s": round(ranged_s, 3),
+            "store_range_bytes": range_bytes,
         }
         if restored <= 0:
             self.problems.append("restore: the restarted run restored nothing from the store")
@@ -372,6 +391,11 @@ class Bench:
         self.out["object_store_read_mb_s"] = round(stored / mb / read_s, 1)
         self.out["restore_ratio"] = (
             round(stage_rate / (stored / mb / read_s), 3) if stage_rate else None
+        )
+        ranged_rate = ranged / mb / ranged_s
+        self.out["object_store_ranged_read_mb_s"] = round(ranged_rate, 1)
+        self.out["restore_ratio_vs_ranged_reads"] = (
+            round(stage_rate / ranged_rate, 3) if stage_rate else None
         )
 
     def executor_kill(self, cluster: Any) -> None:

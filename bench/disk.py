@@ -11,6 +11,7 @@ The same method is used for the store's files and the baseline's, and recorded.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -67,4 +68,79 @@ def sequential_read_mb_s(files: Sequence[Path]) -> tuple[float, int, float]:
         finally:
             os.close(fd)
     seconds = time.perf_counter() - started
+    return total / 1e6 / seconds, total, seconds
+
+
+def parallel_read_mb_s(
+    files: Sequence[Path], *, streams: int, read_bytes: int, read_ahead: int
+) -> tuple[float, int, float]:
+    """(MB/s, bytes, seconds) of reading `files` the way the engine's restore stage reads the
+    store's packs (`runners.engine.chunks.restore_claimed`): `streams` threads (the stage's
+    tasks times their reading threads) each claim the next file nobody has taken and read it in
+    `read_bytes` reads, while a read-ahead thread asks the kernel (``posix_fadvise(WILLNEED)``)
+    to start reading the files after the claims, up to `read_ahead` bytes ahead (0: none)."""
+    sizes = [path.stat().st_size for path in files]
+    lock = threading.Condition()
+    position = 0  # the next file nobody has claimed
+    total = 0
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def claim() -> int | None:
+        nonlocal position
+        with lock:
+            if position >= len(files):
+                return None
+            position += 1
+            lock.notify_all()
+            return position - 1
+
+    def work() -> None:
+        nonlocal total
+        try:
+            while (index := claim()) is not None:
+                fd = os.open(files[index], os.O_RDONLY)
+                got = 0
+                try:
+                    while block := os.pread(fd, read_bytes, got):
+                        got += len(block)
+                finally:
+                    os.close(fd)
+                with lock:
+                    total += got
+        except BaseException as exc:
+            errors.append(exc)
+            done.set()
+
+    def ahead() -> None:
+        advised = 0  # the next file to advise
+        while not done.is_set():
+            with lock:
+                advised = max(advised, position)
+                if advised >= len(files):
+                    return
+                if sum(sizes[position:advised]) >= read_ahead:
+                    lock.wait(0.05)
+                    continue
+            fd = os.open(files[advised], os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, sizes[advised], os.POSIX_FADV_WILLNEED)
+            finally:
+                os.close(fd)
+            advised += 1
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=work) for _ in range(streams)]
+    if read_ahead > 0:
+        threads.append(threading.Thread(target=ahead, daemon=True))
+    for thread in threads:
+        thread.start()
+    for thread in threads[:streams]:
+        thread.join()
+    seconds = time.perf_counter() - started
+    done.set()
+    for thread in threads[streams:]:
+        thread.join()
+    if errors:
+        raise errors[0]
     return total / 1e6 / seconds, total, seconds

@@ -388,9 +388,12 @@ class Bench:
         sizes: Sizes,
         variants: Iterable[str] = VARIANTS,
         routing: str = "auto",
+        parallelism: int = PARALLELISM,
     ) -> None:
         self.variants = set(variants)
         self.routing = routing
+        #: the engine variants' tasks p (the scale part's local[1] child runs at p = 1)
+        self.parallelism = parallelism
         self.spark = spark
         self.work = work
         self.store_url = store_url
@@ -401,6 +404,7 @@ class Bench:
         self.extra: dict[str, Any] = {}  # figures of the engine-only parts
         self.quick = False  # tiny sizes for the parts sized in their own modules
         self.size_overrides: dict[str, int | None] = {}  # their --restore-… / --large-… flags
+        self.recovery_modes: tuple[str, ...] = engine_recovery.MODES
         self.datasets: dict[tuple[str, str], EpochSet] = {}
 
     def namespace(self, name: str) -> str:
@@ -447,7 +451,7 @@ class Bench:
             self.namespace(label),
             python=python,
             name=kw.pop("name", variant),
-            **{"routing": self.routing, **kw},
+            **{"routing": self.routing, "parallelism": self.parallelism, **kw},
         )
 
     def measure(
@@ -533,41 +537,48 @@ class Bench:
     # the parts that measure the engine alone ------------------------------------------------
 
     def scale(self) -> None:
-        """The vectorised engine work at local[1] and local[2] (one child process each: a
-        SparkContext's master is fixed), and at local[2] with the scan and shuffle routings.
+        """The vectorised engine work at local[1] with p = 1 and at local[2] with p = 2 (one
+        child process each: a SparkContext's master is fixed), and at local[2] with the scan
+        and shuffle routings.
 
         local[1] and local[2] run `SCALE_ROUNDS` times, alternating, and each keeps its best
         rate: a second task slot only pays when a second core is free, so one burst of other
         work on the machine during either child would otherwise decide the ratio. Every rate is
-        in ``scale_runs``."""
+        in ``scale_runs``. A child that fails, or whose checksums do not match, fails the run
+        (its reason in the problems)."""
         s = self.sizes
-        runs = {"local1": ("local[1]", "auto"), "local2": ("local[2]", "auto")}
+        runs = {"local1": ("local[1]", 1, "auto"), "local2": ("local[2]", 2, "auto")}
         plan = [label for _ in range(SCALE_ROUNDS) for label in runs]
-        runs["local2_scan"] = ("local[2]", "scan")
-        runs["local2_shuffle"] = ("local[2]", "shuffle")
+        runs["local2_scan"] = ("local[2]", 2, "scan")
+        runs["local2_shuffle"] = ("local[2]", 2, "shuffle")
         plan += ["local2_scan", "local2_shuffle"]
         measured: dict[str, list[float | None]] = {label: [] for label in runs}
         data = self.dataset("vectorised", keys=s.keys, records=s.records, epochs=s.epochs)
         for i, label in enumerate(plan):
-            master, routing = runs[label]
+            master, parallelism, routing = runs[label]
             work = self.work / f"scale-{label}-{i}"
             _link_files(data.directory, work / "data" / "vectorised")
             argv = [
                 sys.executable, "-m", "bench.engine", "--parts", "vectorised",
-                "--variants", "engine", "--master", master, "--routing", routing,
+                "--variants", "engine", "--master", master, "--parallelism", str(parallelism),
+                "--routing", routing,
                 "--keys", str(s.keys), "--records", str(s.records), "--epochs", str(s.epochs),
                 "--warm-keys", str(s.warm_keys),
             ]  # fmt: skip
-            child = _child_report(argv, work)
-            rate = child.get("engine_rps") if child else None
+            child, failure = _child_report(argv, work)
+            failure = scale_child_failure(child, failure, parallelism)
+            rate = child.get("engine_rps") if child is not None and failure is None else None
+            if failure is not None:
+                self.problems.append(f"scale {label} ({master}, p={parallelism}): {failure}")
             measured[label].append(rate)
-            log(f"scale {label} ({master}, routing {routing}): {rate} records/s")
+            log(f"scale {label} ({master}, p={parallelism}, routing {routing}): {rate} records/s")
         rates = {
             label: max((r for r in found if r is not None), default=None)
             for label, found in measured.items()
         }
         self.extra["scale_rps"] = rates
         self.extra["scale_runs"] = measured
+        self.extra["scale_parallelism"] = {label: run[1] for label, run in runs.items()}
         self.extra["scale_1_to_2"] = _ratio(rates["local2"], rates["local1"])
         self.extra["scale_1_to_2_scan"] = _ratio(rates["local2_scan"], rates["local1"])
         self.extra["scale_1_to_2_shuffle"] = _ratio(rates["local2_shuffle"], rates["local1"])
@@ -626,16 +637,20 @@ class Bench:
 
     def recovery(self) -> None:
         """Seconds from a driver SIGKILL mid-epoch to the first commit after the control
-        plane restarted it, ÷ (the job's own session start + 2 steady epochs)."""
+        plane restarted it — warm standby, cold, and cold after a lost node — each ÷ (the
+        job's own cold start in that plane + 2 steady epochs); every mode's branch output
+        against a failure-free run of the same job (bench/engine_recovery.py)."""
         s = self.sizes
         data = self.dataset(
             "recovery", keys=s.live_keys, records=s.live_records, epochs=s.recovery_epochs, seed=5
         )
-        standby = self.size_overrides.get("recovery_standby")
-        figures = engine_recovery.measure_recovery(self.work, data, standby=standby != 0)
-        log(f"recovery: {figures}")
-        if not figures["recovery_kill_mid_epoch"]:
-            self.problems.append("recovery: the kill did not land inside an epoch")
+        # the failure-free run: the same job in this session, checked against numpy
+        reference = self.run_variant("engine", data, "recovery-ref", name="engine_recovery_ref")
+        self.check(reference, ck.reference_running(data), "reference")
+        figures = engine_recovery.measure_recovery(
+            self.work, data, reference.checksums, modes=self.recovery_modes
+        )
+        self.problems.extend(figures.pop("recovery_problems"))
         self.extra.update(figures)
 
     def limit(self) -> None:
@@ -749,8 +764,25 @@ def _link_files(source: Path, target: Path) -> None:
                 shutil.copy2(path, target / path.name)
 
 
-def _child_report(argv: list[str], work: Path) -> dict[str, Any] | None:
-    """Run a child `python -m bench.engine` and return its JSON (None when it failed)."""
+def scale_child_failure(
+    child: dict[str, Any] | None, failure: str | None, parallelism: int
+) -> str | None:
+    """Why a scale child's rate cannot count (None: it can): it failed, printed no report,
+    its checksums did not match, or its engine epochs ran at another parallelism."""
+    if failure is not None or child is None:
+        return failure or "the child printed no report"
+    if child.get("checksums_match") is not True:
+        return f"checksums did not match: {child.get('checksum_problems')}"
+    detail = (child.get("engine_epoch_detail") or {}).get("engine") or {}
+    ran_at = sorted(set(detail.get("parallelism") or []))
+    if ran_at != [parallelism]:
+        return f"its engine epochs ran at parallelism {ran_at}, expected {parallelism}"
+    return None
+
+
+def _child_report(argv: list[str], work: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """Run a child `python -m bench.engine`: its JSON (None when it printed none) and why it
+    failed (None when it exited 0 with a report)."""
     import subprocess
 
     proc = subprocess.run(
@@ -758,10 +790,17 @@ def _child_report(argv: list[str], work: Path) -> dict[str, Any] | None:
     )
     shutil.rmtree(work, ignore_errors=True)
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    if proc.returncode != 0 or not lines:
-        log(f"child {' '.join(argv[2:])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
-        return None
-    return json.loads(lines[-1])
+    report: dict[str, Any] | None = None
+    if lines:
+        try:
+            report = json.loads(lines[-1])
+        except ValueError:
+            report = None
+    if proc.returncode == 0 and report is not None:
+        return report, None
+    tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+    log(f"child {' '.join(argv[2:])} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return report, f"the child exited {proc.returncode}: {tail[-600:]}"
 
 
 def _mean(values: list[float]) -> float | None:
@@ -951,6 +990,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warm-keys", type=int, help="keys and records of the warm-up epochs")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     p.add_argument(
+        "--recovery-modes",
+        default=",".join(engine_recovery.MODES),
+        help="recovery part: which restarts to measure (warm standby, cold, node_lost)",
+    )
+    p.add_argument(
+        "--parallelism", type=int, default=PARALLELISM, help="the engine variants' tasks p"
+    )
+    p.add_argument(
         "--routing", default="auto", choices=("auto", "scan", "shuffle"), help="engine routing"
     )
     p.add_argument(
@@ -968,8 +1015,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if variants - set(VARIANTS) or not variants:
         p.error(f"--variants: unknown {sorted(variants - set(VARIANTS))}")
     args.variants = [x for x in VARIANTS if x in variants]
-    if args.recovery_standby not in (None, 0, 1):
-        p.error(f"--recovery-standby must be 0 or 1, got {args.recovery_standby}")
+    modes = tuple(m.strip() for m in args.recovery_modes.split(",") if m.strip())
+    if not modes or set(modes) - set(engine_recovery.MODES):
+        p.error(f"--recovery-modes: choose from {', '.join(engine_recovery.MODES)}")
+    args.recovery_modes = modes
     return args
 
 
@@ -980,8 +1029,6 @@ PART_SIZE_FLAGS = {
     "large-records": "large_state part: records of each epoch after the first (1,000,000)",
     "large-epochs": "large_state part: epochs (default 3)",
     "large-max-parallelism": "large_state part: key groups M (default 32,768)",
-    "recovery-standby": "recovery part: 1 = the job keeps a warm standby driver (default), "
-    "0 = the restart starts a driver cold",
 }
 
 
@@ -1047,8 +1094,17 @@ def main(argv: list[str] | None = None) -> int:
                 f"SparkSession {spark.version} {spark.sparkContext.master} in {session_s:.1f} s "
                 f"(excluded from every rate); tree RSS {tree_rss_mb():.0f} MB"
             )
-            bench = Bench(spark, work, store_url, sizes, args.variants, routing=args.routing)
+            bench = Bench(
+                spark,
+                work,
+                store_url,
+                sizes,
+                args.variants,
+                routing=args.routing,
+                parallelism=args.parallelism,
+            )
             bench.quick = args.quick
+            bench.recovery_modes = args.recovery_modes
             bench.size_overrides = {
                 f.replace("-", "_"): getattr(args, f.replace("-", "_")) for f in PART_SIZE_FLAGS
             }
@@ -1103,7 +1159,7 @@ def main(argv: list[str] | None = None) -> int:
     if bench.problems:
         bar = "!" * 78
         print(
-            f"{bar}\nCHECKSUM MISMATCH: the variants did not produce the same output\n"
+            f"{bar}\nCHECK FAILED: a checksum mismatched or a part failed its checks\n"
             + "\n".join(bench.problems)
             + f"\n{bar}",
             file=sys.stderr,

@@ -1,23 +1,38 @@
-"""bench.engine's recovery part: a driver SIGKILLed mid-epoch, restarted by the control plane.
+"""bench.engine's recovery part: a driver SIGKILLed mid-epoch, restarted by the control plane,
+three ways, each against a cold start measured in the same run and each checked against a
+failure-free run.
 
-A whole control plane runs in child processes on the embedded defaults (SQLite, the filesystem
-broker, the local launcher, the default beat intervals): ``manage.py migrate`` and
-``register``, a Celery worker with beat (the reconciler), ``manage.py start``. The version's
-resources set ``standby`` (default): the local launcher keeps a warm standby driver, and the
-job is paused after its first commit until the standby is warm (so it never competes with a
-measured epoch). Once the job has committed three more epochs and a third of the next epoch
-has passed, the run's process group (driver, JVM, Python workers) is SIGKILLed; nothing else
-is done. The reconciler notices the dead run and requests a start operation, which launches a
-new run from the branch head — adopting the standby. Without ``standby`` there is no pause and
-the restart starts a driver cold. The job is ``bench-recovery`` (`bench.engine.recovery_job`,
-an ``epochal.jobs`` entry point).
+Per mode, a whole control plane runs in child processes on the embedded defaults (SQLite, the
+filesystem broker, the local launcher, the default beat intervals, a state cache directory of
+its own): ``manage.py migrate`` and ``register``, a Celery worker with beat (the reconciler),
+``manage.py start``. The job is ``bench-recovery`` (`bench.engine.recovery_job`, an
+``epochal.jobs`` entry point registered by ``bench/entry_points/`` for the processes this part
+starts only: it is not offered to users) over the part's epoch files.
+
+- ``warm``: the version's resources set ``standby``: the local launcher keeps a warm standby
+  driver, and the job is paused after its first commit until the standby is warm (so it never
+  competes with a measured epoch). The restart adopts the standby. A process crash on a
+  surviving host: the machine's state cache is still there.
+- ``cold``: no standby, no pause; the restart starts a driver cold. Same host, cache kept.
+- ``node_lost``: as ``cold``, and between the kill and the restart the machine's state cache is
+  wiped and the page cache dropped (what a lost node leaves): the restarted run's restore stage
+  reads the state from the store (``restore_bytes``).
+
+Once the job has committed three more epochs and a third of the next epoch has passed, the
+run's process group (driver, JVM, Python workers) is SIGKILLed. That the kill landed inside an
+epoch is then proved from the engine's own records, not from timing: once the group is dead,
+the run's event log shows an ``epoch_start`` with no ``committed`` after it, the branch head
+is the last epoch the log says was committed, and the restarted run's first commit is the
+next epoch (the interrupted one, done again). The reconciler notices the dead run and requests
+a start operation, which launches a new run from the branch head.
 
 Timed from the kill: ``relaunch`` (until the new run's directory exists: detection, the
 restart request, the start operation up to the launcher), ``session`` (until the new driver
-prints ``started``: interpreter, imports, JVM; an adopted standby has them), ``first_epoch``
-(until its first commit: state restore and the interrupted epoch again). ``recovery_ratio`` =
-recovery ÷ (the first run's own launch-to-``started`` time, a cold start, + twice the median of
-the epochs before the kill), all measured in the same run.
+prints ``started``), ``first_epoch`` (until its first commit: state restore and the
+interrupted epoch again). ``recovery_ratio[mode]`` = that mode's recovery ÷ (its first run's
+own launch-to-``started`` time, a cold start measured in the same plane, + twice the median of
+the epochs before the kill). Once the restarted run has read every epoch, the branch's output
+(every epoch's rows) must equal a failure-free run's, epoch by epoch (checksums).
 """
 
 from __future__ import annotations
@@ -25,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -38,9 +54,12 @@ from bench.datagen import EpochSet
 from bench.timing import log
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+#: the metadata registering bench-recovery for the processes this part starts (not for users)
+BENCH_ENTRY_POINTS = REPO_ROOT / "bench" / "entry_points"
 APPLICATION = "bench"
 JOB = "bench-main"
 KILL_AFTER_COMMITS = 3
+MODES = ("warm", "cold", "node_lost")
 T = TypeVar("T")
 
 
@@ -80,8 +99,11 @@ class Plane:
             "EPOCHAL_VAR_DIR": str(var),
             "STORE_URL": self.store_url,
             "EPOCHAL_STORE_ROOTS": str(var),
+            # the machine's state cache, this plane's own (node_lost wipes it)
+            "EPOCHAL_STATE_CACHE_DIR": str(var / "state-cache"),
             "RUNNER": "local",
-            "PYTHONPATH": str(REPO_ROOT),
+            # the code, and the metadata registering bench-recovery (not installed for users)
+            "PYTHONPATH": os.pathsep.join((str(REPO_ROOT), str(BENCH_ENTRY_POINTS))),
             "PYTHONUNBUFFERED": "1",
         }
         for key in ("CELERY_RESULT_BACKEND", "CACHE_URL", "REDIS_URL"):
@@ -158,19 +180,58 @@ def _set_paused(repo: Any, paused: bool) -> None:
     raise RuntimeError("recovery: could not write the control document")
 
 
-def measure_recovery(work: Path, data: EpochSet, *, standby: bool = True) -> dict[str, Any]:
-    """Run the control plane, kill the job's driver mid-epoch, time its restart.
+def measure_recovery(
+    work: Path,
+    data: EpochSet,
+    expected: list[Any],
+    *,
+    modes: tuple[str, ...] = MODES,
+) -> dict[str, Any]:
+    """Each mode in `modes` in a control plane of its own (module docstring); `expected` are
+    a failure-free run's per-epoch checksums. Returns the report's ``recovery_*`` figures,
+    with ``recovery_problems`` (the kill not proved mid-epoch, an output that differs, a
+    warm restart that did not adopt the standby, a lost node's restart that read nothing)."""
+    per_mode: dict[str, dict[str, Any]] = {}
+    problems: list[str] = []
+    for mode in modes:
+        figures = measure_mode(work / f"recovery-{mode}", data, mode, expected)
+        problems.extend(f"recovery {mode}: {p}" for p in figures.pop("problems"))
+        per_mode[mode] = figures
+        log(f"recovery {mode}: {json.dumps(figures)}")
+    return {
+        "recovery_modes": list(modes),
+        "recovery_s": {m: f["recovery_s"] for m, f in per_mode.items()},
+        "recovery_ratio": {m: f["recovery_ratio"] for m, f in per_mode.items()},
+        "recovery_cold_start_s": {m: f["cold_start_s"] for m, f in per_mode.items()},
+        "recovery_kill_mid_epoch": {m: f["kill_mid_epoch"] for m, f in per_mode.items()},
+        "recovery_output_matches": {m: f["output_matches"] for m, f in per_mode.items()},
+        "recovery_restore_bytes": {
+            m: f["first_epoch_detail"].get("restore_bytes") for m, f in per_mode.items()
+        },
+        "recovery": per_mode,
+        "recovery_problems": problems,
+    }
 
-    With `standby` the job's version sets ``resources.standby``: the local launcher keeps a
-    warm standby driver (runners/local_standby.py). It starts once the run has committed its
-    first epoch; the job is paused meanwhile, so the steady epochs are measured (and the kill
-    lands) with the standby idle and ready, and it never competes with the measured ones."""
+
+def measure_mode(work: Path, data: EpochSet, mode: str, expected: list[Any]) -> dict[str, Any]:
+    """One control plane: start the job, kill its driver mid-epoch, time the restart, let the
+    job read every epoch and compare its output with `expected`."""
+    from bench import checksum as ck
+    from bench import disk
+    from bench.engine import engine_checksums
+    from runners.engine import read_output
+    from runners.processes import group_members
     from snapshots_store import Repository
 
-    var = (work / "recovery-plane").resolve()
+    if mode not in MODES:
+        raise ValueError(f"recovery mode {mode!r}: one of {MODES}")
+    standby = mode == "warm"
+    var = work.resolve()
     var.mkdir(parents=True, exist_ok=True)
     plane = Plane(var)
     resources: dict[str, Any] = {"driver_memory_mb": 4096, "standby": standby}
+    problems: list[str] = []
+    wipe: dict[str, Any] = {}
     try:
         t0 = time.perf_counter()
         plane.manage("migrate", "--noinput", "-v", "0")
@@ -180,7 +241,7 @@ def measure_recovery(work: Path, data: EpochSet, *, standby: bool = True) -> dic
             "--config", json.dumps({"resources": resources}),
         )  # fmt: skip
         plane.start_worker()
-        log(f"recovery: control plane up in {time.perf_counter() - t0:.1f} s")
+        log(f"recovery {mode}: control plane up in {time.perf_counter() - t0:.1f} s")
         repo = Repository.open(plane.store_url, APPLICATION)
 
         def head_epoch() -> int:
@@ -217,22 +278,67 @@ def measure_recovery(work: Path, data: EpochSet, *, standby: bool = True) -> dic
         committed = [e for e in events(first_log) if e.get("event") == "committed"]
         steady = [e for e in committed if int(e["epoch"]) > max(after, 1)]
         epoch_s = statistics.median(float(e["duration_s"]) for e in steady)
-        time.sleep(epoch_s / 3)
+        time.sleep(epoch_s / 3)  # aim inside the epoch; whether it landed there is proved below
         pid = json.loads((first / "pid").read_text())["pid"]
-        at_kill = head_epoch()
         os.killpg(pid, signal.SIGKILL)  # the driver dies (OOM, node lost …)
         t_kill = time.perf_counter()
-        mid_epoch = at_kill == kill_after
+        _wait("the run's process group to die", lambda: not group_members(pid), 30)
+        head_at_kill = head_epoch()  # nothing of the killed run can move it any more
+        logged = events(first_log)
+        logged_commits = [int(e["epoch"]) for e in logged if e.get("event") == "committed"]
+        starts = sum(e.get("event") == "epoch_start" for e in logged)
+        if mode == "node_lost":  # the machine is gone: its state cache and page cache too
+            w0 = time.perf_counter()
+            cache = Path(plane.env["EPOCHAL_STATE_CACHE_DIR"])
+            wipe["state_cache_bytes"] = _tree_bytes(cache)
+            shutil.rmtree(cache, ignore_errors=True)
+            store_files = [f for f in (var / "store").rglob("*") if f.is_file()]
+            wipe["page_cache_drop"] = disk.drop_page_cache(store_files)
+            wipe["wipe_s"] = round(time.perf_counter() - w0, 3)
+            wipe["wiped_at_s"] = round(time.perf_counter() - t_kill, 3)
+            if any(_started(run / "output.log") for run in plane.runs()[1:]):
+                problems.append("the restarted driver had started before the wipe ended")
         second = _wait("the restart's run", lambda: next(iter(plane.runs()[1:]), None))
         t_launch = time.perf_counter()
         second_log = second / "output.log"
         _wait("the restart's started event", lambda: _started(second_log))
         t_started = time.perf_counter()
-        _wait("the first commit after the restart", lambda: head_epoch() > at_kill, 900)
+        _wait("the first commit after the restart", lambda: head_epoch() > head_at_kill, 900)
         t_commit = time.perf_counter()
+        first_commit = _wait(
+            "the restart's committed event",
+            lambda: next((e for e in events(second_log) if e.get("event") == "committed"), None),
+            60,
+        )
         restarted = next(e for e in events(second_log) if e.get("event") == "started")
-        head = repo.read_ref("heads/main")
-        stats = {} if head is None else repo.read_manifest(head.target).stats
+        stats = repo.read_manifest(str(first_commit["snapshot_id"])).stats
+        # the proof: an epoch had started and not committed when the group died, and the
+        # restarted run's first commit is that epoch
+        interrupted = head_at_kill + 1
+        mid_epoch = (
+            starts > len(logged_commits)
+            and bool(logged_commits)
+            and logged_commits[-1] == head_at_kill
+            and int(first_commit["epoch"]) == interrupted
+        )
+        if not mid_epoch:
+            problems.append(
+                f"the kill was not proved inside an epoch: {starts} epoch starts, commits "
+                f"{logged_commits[-3:]}, head {head_at_kill} after the kill, the restart's "
+                f"first commit {first_commit['epoch']}"
+            )
+        _wait("the job to read every epoch", lambda: head_epoch() >= data.epochs, 900)
+        ended = _exit_status(second)  # the job follows its source: it runs on, or ended well
+        if ended is not None and ended.get("returncode") != 0:
+            problems.append(f"the restarted run ended with {ended}")
+        got = engine_checksums(read_output(repo, "main"), data.epochs)
+        mismatches = ck.compare(f"recovery {mode}", got, expected, "the failure-free run")
+        problems.extend(mismatches)
+        adopted = bool(restarted.get("standby"))
+        if standby and not adopted:
+            problems.append("the restart did not adopt the warm standby")
+        if mode == "node_lost" and not stats.get("restore_bytes"):
+            problems.append("the restart after the lost node restored nothing from the store")
     finally:
         plane.close()
     recovery_s = t_commit - t_kill
@@ -240,14 +346,19 @@ def measure_recovery(work: Path, data: EpochSet, *, standby: bool = True) -> dic
     first_started = next(e for e in events(first_log) if e.get("event") == "started")
     return {
         "recovery_s": round(recovery_s, 3),
-        "recovery_session_start_s": round(session_s, 3),
-        "recovery_epoch_s": round(epoch_s, 3),
-        "recovery_kill_mid_epoch": mid_epoch,
         "recovery_ratio": round(recovery_s / baseline, 3) if baseline > 0 else None,
+        # the first run's launch -> `started`: a cold start in this plane, the baseline's
+        "cold_start_s": round(session_s, 3),
+        "epoch_s": round(epoch_s, 3),
+        "kill_mid_epoch": mid_epoch,
+        "interrupted_epoch": interrupted,
+        "head_at_kill": head_at_kill,
+        "output_matches": not mismatches,
+        "epochs": data.epochs,
         # the job's resources.standby, and whether the restart took the standby over
-        "recovery_standby": standby,
-        "recovery_standby_adopted": bool(restarted.get("standby")),
-        "recovery_breakdown_s": {
+        "standby": standby,
+        "standby_adopted": adopted,
+        "breakdown_s": {
             # kill -> the new run's directory: detection, restart request, start operation
             "relaunch": round(t_launch - t_kill, 3),
             # -> the new driver's `started`: interpreter, imports, JVM, SparkSession (a
@@ -256,21 +367,34 @@ def measure_recovery(work: Path, data: EpochSet, *, standby: bool = True) -> dic
             # -> its first commit: state restore and the interrupted epoch run again
             "first_epoch": round(t_commit - t_started, 3),
         },
-        # the restarted run's first commit, from its manifest: the restore stage (and the
-        # bytes it read from the store, 0 when the machine's state cache had every key
-        # group), the epoch's Spark job, the driver's whole epoch before the commit
-        "recovery_first_epoch_detail": {
+        # the restarted run's first commit, from its manifest: the restore stage and the
+        # stored bytes it read from the store (0 when the machine's state cache had every
+        # key group), the epoch's Spark job, the driver's whole epoch before the commit
+        "first_epoch_detail": {
             k: stats[k]
-            for k in ("restore_s", "restore_bytes", "tasks_wall_s", "process_s")
+            for k in ("restore_s", "restore_bytes", "restore_span_s", "tasks_wall_s", "process_s")
             if k in stats
         },
         # inside the driver processes: loading the job and store, the SparkSession
-        "recovery_startup_s": {
+        "startup_s": {
             "first": {k: first_started.get(k) for k in ("load_s", "session_s")},
             "restart": {k: restarted.get(k) for k in ("load_s", "session_s")},
         },
-        "recovery_standby_warm_s": standby_ready,
+        "standby_warm_s": standby_ready,
+        "node_lost_wipe": wipe or None,
+        "problems": problems,
     }
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.exists() else 0
+
+
+def _exit_status(run: Path) -> dict[str, Any] | None:
+    with contextlib.suppress(OSError, ValueError):
+        status: dict[str, Any] = json.loads((run / "exit.json").read_text())
+        return status
+    return None
 
 
 def _started(log_path: Path) -> bool:

@@ -40,6 +40,20 @@ SECRET_KEY_MISSING = (
 )
 
 
+SECRET_KEY_MIN_LENGTH = 50
+"""What Django's own deployment check asks for (security.W009), enforced at start-up."""
+
+
+def secret_key_too_short(length: int) -> str:
+    return (
+        f"DJANGO_SECRET_KEY is {length} characters long; the server will not start with fewer "
+        f"than {SECRET_KEY_MIN_LENGTH} (and at least 5 different characters): anyone could "
+        "guess it and sign sessions. Set it to a long random value (e.g. the output of "
+        "`python -c 'import secrets; print(secrets.token_urlsafe(50))'`; the Helm chart "
+        "generates one)."
+    )
+
+
 def env_int(name: str, default: int) -> int:
     raw = env(name, str(default))
     try:
@@ -55,6 +69,23 @@ def secret_key(*, debug: bool) -> str:
     if value and (debug or value != DEVELOPMENT_SECRET_KEY):
         return value
     return DEVELOPMENT_SECRET_KEY if debug else ""
+
+
+def trusted_proxies() -> tuple[str, ...]:
+    """EPOCHAL_TRUSTED_PROXIES: the addresses or networks (comma-separated) of the proxies
+    whose X-Forwarded-For is believed; checked here so that a typo stops the start."""
+    import ipaddress
+
+    entries = tuple(p.strip() for p in env("EPOCHAL_TRUSTED_PROXIES", "").split(",") if p.strip())
+    for entry in entries:
+        try:
+            ipaddress.ip_network(entry, strict=False)
+        except ValueError:
+            raise ValueError(
+                f"EPOCHAL_TRUSTED_PROXIES: {entry!r} is not an address or network "
+                "(e.g. 10.0.0.0/8, 192.168.1.7)"
+            ) from None
+    return entries
 
 
 def cache_url() -> str:

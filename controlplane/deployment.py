@@ -1,7 +1,8 @@
 """Deployment guards: the server does not start on settings that are unsafe in production.
 
 The WSGI entry point (`controlplane.wsgi`, loaded by each of granian's worker processes, and by
-`runserver`) refuses to load without a secret key outside debug, so the server exits;
+`runserver`) refuses to load without a secret key of at least 50 characters outside debug,
+so the server exits;
 `manage.py check --deploy` reports the same as an error, and warns when login lockouts and
 throttles would be kept per process. Commands that serve nothing (`epochal`, `manage.py
 jobs`, …) need no secret key.
@@ -25,17 +26,31 @@ def secret_key_missing() -> bool:
         return True
 
 
+def secret_key_problem() -> str:
+    """What is wrong with the secret key for a server outside debug ("" when nothing)."""
+    if secret_key_missing():
+        return config.SECRET_KEY_MISSING
+    key = str(settings.SECRET_KEY)
+    if settings.DEBUG:
+        return ""
+    if len(key) < config.SECRET_KEY_MIN_LENGTH or len(set(key)) < 5:
+        return config.secret_key_too_short(len(key))
+    return ""
+
+
 def refuse_unsafe_start() -> None:
     """Raise `ImproperlyConfigured` with what to do when the server must not start."""
-    if secret_key_missing():
-        raise ImproperlyConfigured(config.SECRET_KEY_MISSING)
+    problem = secret_key_problem()
+    if problem:
+        raise ImproperlyConfigured(problem)
 
 
 @checks.register(checks.Tags.security, deploy=True)
 def check_secret_key(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    if not secret_key_missing():
+    problem = secret_key_problem()
+    if not problem:
         return []
-    return [checks.Error(config.SECRET_KEY_MISSING, id="epochal.E001")]
+    return [checks.Error(problem, id="epochal.E001")]
 
 
 @checks.register(checks.Tags.security, deploy=True)

@@ -9,6 +9,7 @@ import re
 from controlplane.errors import InvalidRequest
 from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name
+from snapshots_store.patterns import whole_match
 
 REF_PATTERN = (
     r"^(?=.{1,255}$)(?!.*\.\.)(?!.*\.lock(/|$))(?!.*\.$)"
@@ -37,10 +38,29 @@ def checked_branch(value: object, *, field: str = "branch", what: str = "branch"
 _REVISION = re.compile(REVISION_PATTERN)
 
 
+def _refuse_empty(value: str | None, field: str) -> None:
+    """A parameter given empty (``?rev=``) is refused, not taken for its default."""
+    if value == "":
+        raise InvalidRequest(
+            f"{field}: empty; leave the parameter out for the default",
+            fields={field: ["must not be empty"]},
+        )
+
+
+def checked_ref(value: str | None, *, field: str) -> str | None:
+    """`value` when it is None (not given) or a branch, tag or snapshot id by the name rules
+    (`REF_PATTERN`: ``main``, ``heads/x``, ``tags/y``, 64 hex digits); InvalidRequest naming
+    `field` otherwise, an empty one included."""
+    _refuse_empty(value, field)
+    return None if value is None else checked_branch(value, field=field, what="revision")
+
+
 def checked_revision(value: str | None, *, field: str) -> str | None:
-    """`value` when it is None or a revision (`REVISION_PATTERN`); InvalidRequest naming
-    `field` otherwise, before any store is asked to resolve it."""
-    if value is not None and not _REVISION.fullmatch(value):
+    """`value` when it is None (not given) or a revision (`REVISION_PATTERN`, the whole
+    string); InvalidRequest naming `field` otherwise — an empty one too — before any store is
+    asked to resolve it."""
+    _refuse_empty(value, field)
+    if value is not None and whole_match(_REVISION, value) is None:
         raise InvalidRequest(
             f"{field}: not a revision (a snapshot id or prefix, a branch or tags/NAME, "
             f"optionally followed by ~n or ^n; got {value[:100]!r})",

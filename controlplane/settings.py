@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import dj_database_url
+from kombu import Queue
 
 from controlplane import config
 
@@ -49,11 +50,14 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "controlplane.api.middleware.BodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # audits the refusals below it (and the dashboard's), then refuses oversized or NUL-laden
+    # requests and reads bodies in bounded threads, before any view (docs/security.md)
+    "controlplane.api.middleware.RefusalAuditMiddleware",
+    "controlplane.api.middleware.BodyLimitMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -71,6 +75,9 @@ SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = config.env_int("DJANGO_HSTS_SECONDS", 31536000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = config.env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
 SECURE_HSTS_PRELOAD = config.env_bool("DJANGO_HSTS_PRELOAD", HTTPS)
+# Proxies (addresses or networks) whose X-Forwarded-For names the client: lockouts, throttles
+# and rejection counts key on that address (controlplane/proxies.py). Empty: REMOTE_ADDR.
+EPOCHAL_TRUSTED_PROXIES = config.trusted_proxies()
 if config.env_bool("DJANGO_TRUST_X_FORWARDED_PROTO", HTTPS):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SESSION_COOKIE_HTTPONLY = True
@@ -80,6 +87,10 @@ X_FRAME_OPTIONS = "DENY"
 # Request bodies over this get 413 (controlplane/api/middleware.py); forms and fields too.
 DATA_UPLOAD_MAX_MEMORY_SIZE = config.env_int("EPOCHAL_MAX_BODY_BYTES", 1024 * 1024)
 DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000
+# Bodies are read by at most this many threads per process at once (the others answer 503 at
+# once), each within this many seconds (408): controlplane/api/request_bodies.py.
+EPOCHAL_BODY_SLOTS = config.env_int("EPOCHAL_BODY_SLOTS", 4)
+EPOCHAL_BODY_TIMEOUT_S = config.env_int("EPOCHAL_BODY_TIMEOUT_S", 30)
 
 # Shared by every process when CACHE_URL is redis://…: login lockouts and API throttles.
 CACHES = {"default": config.cache_backend(config.cache_url())}
@@ -138,6 +149,8 @@ AXES_HANDLER = "axes.handlers.cache.AxesCacheHandler"
 AXES_FAILURE_LIMIT = config.env_int("EPOCHAL_LOGIN_FAILURE_LIMIT", 5)
 AXES_COOLOFF_TIME = timedelta(minutes=config.env_int("EPOCHAL_LOGIN_LOCKOUT_MINUTES", 15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# The address behind the trusted proxies (X-Forwarded-For only from them: controlplane/proxies.py).
+AXES_CLIENT_IP_CALLABLE = "controlplane.proxies.client_address"
 AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_HTTP_RESPONSE_CODE = 429
@@ -188,6 +201,7 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = config.env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT = "controlplane.broker:Transport"  # atomic message files
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("out", "processed", "control"):
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
@@ -199,6 +213,15 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "store_processed": False,
         "polling_interval": 0.1,
     }
+
+# Two queues, so the control loop never waits behind an operation (an operation may wait
+# minutes for a run to start or an epoch to commit): `operations` runs `epochal.run_operation`;
+# `control` runs everything else — the reconciler, the run watch, lineage indexing, the
+# autoscaler, gc. The demo and the Helm chart give each queue workers of its own (`-Q`); a
+# worker started without `-Q` consumes both.
+CELERY_TASK_QUEUES = (Queue("control"), Queue("operations"))
+CELERY_TASK_DEFAULT_QUEUE = "control"
+CELERY_TASK_ROUTES = {"epochal.run_operation": {"queue": "operations"}}
 
 CELERY_BEAT_SCHEDULE = {
     "reconcile": {
@@ -224,6 +247,8 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 EPOCHAL_OPERATION_LEASE_S = float(config.env("EPOCHAL_OPERATION_LEASE_S", "30"))
 EPOCHAL_OPERATION_MAX_ATTEMPTS = int(config.env("EPOCHAL_OPERATION_MAX_ATTEMPTS", "3"))
 EPOCHAL_RESTART_RESET_AFTER_S = float(config.env("EPOCHAL_RESTART_RESET_AFTER_S", "600"))
+# A run the reconciler has not watched for this long shows `unknown (control plane was down)`.
+EPOCHAL_UNWATCHED_AFTER_S = float(config.env("EPOCHAL_UNWATCHED_AFTER_S", "30"))
 EPOCHAL_GC_RETENTION_DAYS = float(config.env("EPOCHAL_GC_RETENTION_DAYS", "7"))
 EPOCHAL_STORE_URL = config.store_url()
 EPOCHAL_STORE_ROOTS = config.store_roots()
@@ -288,6 +313,9 @@ EPOCHAL_RESPONSE_CACHE_BYTES = config.env_int("EPOCHAL_RESPONSE_CACHE_BYTES", 16
 EPOCHAL_PRERENDERED_JSON = config.env_bool("EPOCHAL_PRERENDERED_JSON", True)
 EPOCHAL_AUDIT_READS = config.env_bool("EPOCHAL_AUDIT_READS", False)
 EPOCHAL_API_RATE = config.env("EPOCHAL_API_RATE", "100000/hour")
+# Requests per client address (behind EPOCHAL_TRUSTED_PROXIES), anonymous ones included; off
+# by default: without trusted proxies every client behind an Ingress shares its address.
+EPOCHAL_API_ADDRESS_RATE = config.env("EPOCHAL_API_ADDRESS_RATE", "")
 EPOCHAL_METRICS_TOKEN = config.env("EPOCHAL_METRICS_TOKEN", "")
 EPOCHAL_METRICS_COMMIT_WINDOW = int(config.env("EPOCHAL_METRICS_COMMIT_WINDOW", "500"))
 # Dashboard: a running job with input waiting and no commit for this long shows an alarm.

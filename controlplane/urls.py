@@ -11,3 +11,7 @@ urlpatterns = [
     path("metrics", MetricsView.as_view(), name="metrics"),
     path("", include("web.urls")),
 ]
+
+# Our own pages, with or without DEBUG (web/views/base.py)
+handler404 = "web.views.base.not_found"
+handler500 = "web.views.base.server_error"

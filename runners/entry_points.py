@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Final
 
+from snapshots_store.patterns import whole_match
+
 JOBS: Final = "epochal.jobs"
 STATE_MIGRATIONS: Final = "epochal.state_migrations"
 GROUPS: Final = (JOBS, STATE_MIGRATIONS)
@@ -78,7 +80,7 @@ def registered(group: str) -> list[Registered]:
 def check_name(group: str, name: object) -> str:
     """`name` when it is a well-formed entry-point name (no I/O, no lookup)."""
     what = _WHAT[group]
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
+    if not isinstance(name, str) or whole_match(_NAME, name) is None:
         hint = " (a module:attr reference is not accepted)" if ":" in str(name) else ""
         raise EntryPointError(
             f"{what} {name!r} is not an entry-point name{hint}: names match "

@@ -18,6 +18,7 @@ from typing import Any, Final
 from runners import entry_points
 from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name, check_namespace
+from snapshots_store.patterns import whole_match
 
 ENGINE_MODULE: Final = "runners.engine.main"
 """The job entry point every launcher runs (`python -m runners.engine.main …`)."""
@@ -165,8 +166,8 @@ class JobSpec:
             raise JobSpecError(f"parallelism must be at least 1, got {self.parallelism!r}")
         if self.max_epochs is not None and self.max_epochs < 1:
             raise JobSpecError(f"max_epochs must be at least 1 or None, got {self.max_epochs!r}")
-        if self.store_credentials_env is not None and not _CREDENTIALS_ENV.match(
-            self.store_credentials_env
+        if self.store_credentials_env is not None and not whole_match(
+            _CREDENTIALS_ENV, self.store_credentials_env
         ):
             raise JobSpecError(
                 "store_credentials_env must be an environment variable prefix (upper-case "
@@ -174,7 +175,7 @@ class JobSpec:
             )
         if not isinstance(self.follow, bool):
             raise JobSpecError(f"follow must be true or false, got {self.follow!r}")
-        if not _RUN_ID.match(self.run_id):
+        if whole_match(_RUN_ID, self.run_id) is None:
             raise JobSpecError(
                 f"run_id must be 1-32 lowercase letters, digits or '-', got {self.run_id!r}"
             )

@@ -35,7 +35,13 @@ from runners.launcher import (
     pyspark_submit_args,
     request_stop,
 )
-from runners.local_standby import Standbys
+from runners.local_standby import (
+    Standbys,
+    adopted_exit,
+    code_fingerprint,
+    job_packages,
+    standby_key,
+)
 from runners.processes import (
     group_members,
     process_alive,
@@ -175,11 +181,15 @@ class LocalLauncher:
         if run_dir.exists():
             return handle  # this spec was started before: same run
         if self._standby(spec):
-            self.standbys.discard(spec.application, spec.branch, keep=spec)
+            key = standby_key(spec, python=self.python, env=self.environment(spec))
+            self.standbys.discard(spec.application, spec.branch, keep_key=key)
+            code = code_fingerprint(job_packages(spec.job))
             try:
-                adopted = self.standbys.adopt(spec, run_dir, spec.engine_arguments())
+                adopted = self.standbys.adopt(key, code, spec, run_dir, spec.engine_arguments())
             except OSError:  # none ready (or another launcher took it): a cold start
-                pass
+                # a standby still warming up shadows the failed run, not this one: without
+                # it a new one (shadowing this run) can start
+                self.standbys.discard(spec.application, spec.branch)
             else:
                 if adopted is not None:
                     self._children[spec.run_id] = adopted
@@ -251,7 +261,7 @@ class LocalLauncher:
         code = int(exit_info["returncode"])
         if code == 0:
             return RunStatus(phase=RunPhase.SUCCEEDED, exit_code=0)
-        reason = _describe_exit(code)
+        reason = str(exit_info.get("reason") or _describe_exit(code))
         if stop.get("forced"):
             reason += f" (sent {stop['forced']} after the stop deadline)"
         return RunStatus(phase=RunPhase.FAILED, reason=reason, exit_code=code)
@@ -347,7 +357,13 @@ def _supervise(run_dir: Path, argv: Sequence[str]) -> int:
             break
         except InterruptedError:
             continue
-    write_json(Path("exit.json"), {"returncode": returncode}, dir_fd=dir_fd)
+    # a standby that took this run over and exited 0 without running it failed
+    returncode, reason = adopted_exit(dir_fd, returncode)
+    ended: dict[str, object] = {"returncode": returncode}
+    if reason is not None:
+        print(f"epochal: {reason}", file=sys.stderr, flush=True)
+        ended["reason"] = reason
+    write_json(Path("exit.json"), ended, dir_fd=dir_fd)
     return 0
 
 

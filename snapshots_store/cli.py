@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from snapshots_store.backends import local_store_url
+from snapshots_store.codec import format_timestamp, parse_timestamp
 from snapshots_store.diff import KeyGroupChange, SnapshotDiff
 from snapshots_store.errors import StoreError
 from snapshots_store.fsck import check_repository
@@ -185,6 +186,15 @@ def _manifest_json(snapshot_id: str, manifest: Manifest) -> dict[str, Any]:
     return {"id": snapshot_id, **manifest.to_dict()}
 
 
+def _when(value: str) -> str:
+    """A stored timestamp the one way the commands print them (UTC, `…Z`): manifests written
+    by different writers say `+00:00` or `Z`, which the hash keeps as written."""
+    try:
+        return format_timestamp(parse_timestamp(value))
+    except ValueError:
+        return value
+
+
 def _cmd_log(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
     entries = list(repo.log(args.rev, first_parent=args.first_parent, limit=args.limit))
     if out.as_json:
@@ -195,7 +205,7 @@ def _cmd_log(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
         where = f"  ({', '.join(refs[sid])})" if sid in refs else ""
         merge = f"  merge of {len(m.parents)}" if len(m.parents) > 1 else ""
         out.line(
-            f"{sid[:12]}  epoch {m.epoch:<6} {m.kind:<9} {m.created_at}  "
+            f"{sid[:12]}  epoch {m.epoch:<6} {m.kind:<9} {_when(m.created_at)}  "
             f"p={m.parallelism}/{m.max_parallelism}  {m.branch}{merge}{where}"
         )
     return 0
@@ -212,7 +222,7 @@ def _cmd_show(repo: Repository, args: argparse.Namespace, out: _Output) -> int:
         out.line(f"parent       {parent}")
     out.line(f"branch       {m.branch}")
     out.line(f"kind         {m.kind}   operation {m.operation_id or '-'}")
-    out.line(f"epoch        {m.epoch}   created {m.created_at}")
+    out.line(f"epoch        {m.epoch}   created {_when(m.created_at)}")
     out.line(f"parallelism  {m.parallelism} of max {m.max_parallelism}")
     out.line(f"code         {m.code_version or '-'}   config {m.config_hash or '-'}")
     chunks = sum(len(c) for c in m.key_groups.values())
@@ -287,7 +297,7 @@ def _cmd_reflog(repo: Repository, args: argparse.Namespace, out: _Output) -> int
         old = "-" * 12 if e.old is None else e.old[:12]
         new = "(deleted)" if e.new is None else e.new[:12]
         op = f"  [{e.operation_id}]" if e.operation_id else ""
-        out.line(f"{e.seq:>6}  {e.at}  {old} -> {new}  {e.reason}{op}")
+        out.line(f"{e.seq:>6}  {_when(e.at)}  {old} -> {new}  {e.reason}{op}")
     return 0
 
 

@@ -41,7 +41,7 @@ from snapshots_store.refs import RefStore, RefValue
 if TYPE_CHECKING:
     from snapshots_store.backends.s3 import S3Credentials
 
-_SUFFIX = re.compile(r"(?:~(\d*)|\^(\d*))$")
+_SUFFIX = re.compile(r"(?:~(\d*)|\^(\d*))\Z")
 _MANIFEST_CACHE_SIZE = 4096
 MIN_PREFIX = 8
 

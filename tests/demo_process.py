@@ -42,7 +42,9 @@ def demo_env(var_dir: Path) -> dict[str, str]:
         "DATABASE_URL": f"sqlite:///{var_dir / 'epochal.sqlite3'}",
         "STORE_URL": f"file://{var_dir / 'store'}",
         "SPARK_LOCAL_IP": "127.0.0.1",
-        "DJANGO_DEBUG": "true",  # as bin/demo sets it: the demo serves with its development key
+        # as bin/demo sets them: no DEBUG (no debug pages), a key of the demo's own
+        "DJANGO_DEBUG": "false",
+        "DJANGO_SECRET_KEY": "epochal-demo-test-" + "k" * 40,
         "PYTHONUNBUFFERED": "1",
     }
 
@@ -81,11 +83,17 @@ def alive(pid: int) -> bool:
 class Demo:
     """One `manage.py demo` process (serving unless `--no-serve` is among its arguments)."""
 
-    def __init__(self, var_dir: Path, *args: str, port: int | None = None) -> None:
+    def __init__(
+        self,
+        var_dir: Path,
+        *args: str,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.var_dir = var_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = demo_env(var_dir)
+        self.env = {**demo_env(var_dir), **(env or {})}
         self.lines: list[str] = []
         var_dir.mkdir(parents=True, exist_ok=True)
         migrate = subprocess.run(
@@ -191,3 +199,23 @@ class Demo:
                 os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=10)
+
+
+def epochal(var_dir: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run `.venv/bin/epochal ARGS` against the demo's data as a user's second shell does;
+    its standard output (the command must succeed)."""
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "epochal"), *args],
+        cwd=ROOT,
+        env={**demo_env(var_dir), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, f"epochal {' '.join(args)}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
+def jobs(var_dir: Path, env: dict[str, str] | None = None) -> dict[str, dict[str, object]]:
+    """`epochal jobs --json` by job name."""
+    return {row["name"]: row for row in json.loads(epochal(var_dir, "jobs", "--json", env=env))}

@@ -52,10 +52,20 @@ def _layout(title: str, **more: Any) -> dict[str, Any]:
         "font": {"family": "system-ui, sans-serif", "size": 11, "color": "#334155"},
         "legend": {"orientation": "h", "y": 1.0, "yanchor": "bottom", "x": 0},
         "hovermode": "x unified",
-        "xaxis": {"gridcolor": "#e2e8f0", "zeroline": False},
-        "yaxis": {"gridcolor": "#e2e8f0", "zeroline": False, "rangemode": "tozero"},
+        # automargin: titles and tick labels get room inside the figure, never spilling
+        # into the next card
+        "xaxis": {"gridcolor": "#e2e8f0", "zeroline": False, "automargin": True},
+        "yaxis": {
+            "gridcolor": "#e2e8f0",
+            "zeroline": False,
+            "rangemode": "tozero",
+            "automargin": True,
+        },
     }
     layout.update(more)
+    for name, axis in layout.items():
+        if name.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
+            axis.setdefault("automargin", True)
     return layout
 
 
@@ -151,11 +161,37 @@ def timing(points: Sequence[EpochPoint]) -> dict[str, Any]:
 
 
 def throughput(points: Sequence[EpochPoint]) -> dict[str, Any]:
+    """Records in and rows out per second, each on its own axis: a job aggregating 15k
+    records/s into 30 rows/s would otherwise draw its output as a flat line at zero."""
     data = [
         _series(points, "records in /s", [p.records_in_per_s for p in points], PALETTE[2]),
-        _series(points, "rows out /s", [p.output_rows_per_s for p in points], PALETTE[3]),
+        _series(
+            points,
+            "rows out /s (right axis)",
+            [p.output_rows_per_s for p in points],
+            PALETTE[3],
+            yaxis="y2",
+        ),
     ]
-    return _figure(data, _dates(_layout("Records per second of epoch processing")))
+    layout = _layout(
+        "Records per second of epoch processing",
+        yaxis={
+            "title": {"text": "records in /s"},
+            "gridcolor": "#e2e8f0",
+            "rangemode": "tozero",
+            "automargin": True,
+        },
+        yaxis2={
+            "title": {"text": "rows out /s"},
+            "overlaying": "y",
+            "side": "right",
+            "showgrid": False,
+            "rangemode": "tozero",
+            "automargin": True,
+        },
+    )
+    layout["margin"]["r"] = 48
+    return _figure(data, _dates(layout))
 
 
 def bytes_written(points: Sequence[EpochPoint]) -> dict[str, Any]:
@@ -191,7 +227,25 @@ def dead_letters(points: Sequence[EpochPoint]) -> dict[str, Any]:
             "marker": {"color": "#dc2626"},
         }
     ]
-    return _figure(data, _epochs(_layout("Dead letters per epoch", showlegend=False)))
+    layout = _epochs(_layout("Dead letters per epoch", showlegend=False))
+    if not any(p.dead_letters for p in points):
+        # nothing to draw: say so instead of an empty 0 to 1 grid
+        layout["xaxis"]["visible"] = False
+        layout["yaxis"] = {**layout["yaxis"], "visible": False}
+        layout["annotations"] = [
+            {
+                "text": f"no dead letters in the last {len(points)} commits"
+                if points
+                else "no commits yet",
+                "xref": "paper",
+                "yref": "paper",
+                "x": 0.5,
+                "y": 0.5,
+                "showarrow": False,
+                "font": {"size": 12, "color": "#64748b"},
+            }
+        ]
+    return _figure(data, layout)
 
 
 def parallelism_over_time(
@@ -209,69 +263,46 @@ def parallelism_over_time(
             "line": {"shape": "hv", "color": PALETTE[0], "width": 2},
         }
     ]
-    marked = [p for p in points if p.kind != "epoch"]
-    if marked:
-        data.append(
-            {
-                "type": "scatter",
-                "mode": "markers",
-                "name": "operation commits",
-                "x": _time_axis(marked),
-                "y": [p.parallelism for p in marked],
-                "text": [f"{p.kind} · epoch {p.epoch} · {p.snapshot_id[:12]}" for p in marked],
-                "hoverinfo": "text",
-                "marker": {
-                    "size": 10,
-                    "symbol": "diamond",
-                    "color": [KIND_COLORS.get(p.kind, PALETTE[7]) for p in marked],
-                },
-            }
-        )
-    shapes, annotations = [], []
+    # Each operation once: a marker at the moment it ended (or where it is now), at the
+    # parallelism then, one legend entry per kind; details on hover, no labels to overlap.
     start = points[0].created_at if points else None
+    by_kind: dict[str, list[tuple[str, int, str]]] = {}
     for op in operations:
         moment = op.finished_at or op.started_at or op.created_at
         if start is None or moment < start:
             continue
-        color = KIND_COLORS.get(op.kind, PALETTE[7])
-        shapes.append(
-            {
-                "type": "line",
-                "xref": "x",
-                "yref": "paper",
-                "x0": _t(moment),
-                "x1": _t(moment),
-                "y0": 0,
-                "y1": 1,
-                "line": {"color": color, "width": 1, "dash": "dot"},
-            }
-        )
+        then = [p.parallelism for p in points if (p.committed_at or p.created_at) <= moment]
         label = op.kind
         if op.kind == "rescale":
-            label = (
-                f"rescale {op.params.get('from_parallelism', '?')}→{op.params.get('parallelism')}"
-            )
-        annotations.append(
+            label = f"rescale to p={op.params.get('parallelism')}"
+        text = f"{label} · {op.state} · {str(op.pk)[:8]}"
+        level = then[-1] if then else points[0].parallelism
+        if op.kind == "rescale" and isinstance(op.params.get("parallelism"), int):
+            level = op.params["parallelism"]  # where it took the job
+        by_kind.setdefault(op.kind, []).append((_t(moment), level, text))
+    for kind, marks in sorted(by_kind.items()):
+        data.append(
             {
-                "x": _t(moment),
-                "y": 1,
-                "xref": "x",
-                "yref": "paper",
-                "text": f"{label} ({op.state})",
-                "showarrow": False,
-                "textangle": -90,
-                "xanchor": "right",
-                "yanchor": "top",
-                "font": {"size": 9, "color": color},
+                "type": "scatter",
+                "mode": "markers",
+                "name": kind,
+                "x": [m[0] for m in marks],
+                "y": [m[1] for m in marks],
+                "text": [m[2] for m in marks],
+                "hoverinfo": "text",
+                "marker": {
+                    "size": 11,
+                    "symbol": "diamond",
+                    "color": KIND_COLORS.get(kind, PALETTE[7]),
+                    "line": {"color": "#ffffff", "width": 1},
+                },
             }
         )
     top = max([p.parallelism for p in points] + [1])
     layout = _layout(
         "Parallelism over time, with operations",
-        shapes=shapes,
-        annotations=annotations,
-        showlegend=False,
-        yaxis={"gridcolor": "#e2e8f0", "range": [0, top + 1], "dtick": 1},
+        showlegend=True,
+        yaxis={"gridcolor": "#e2e8f0", "range": [0, top + 1], "dtick": 1, "automargin": True},
     )
     return _figure(data, _dates(layout))
 

@@ -187,7 +187,7 @@ class MigrateForm(ActionForm):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["store"].choices = [("", "—")] + [  # type: ignore[attr-defined]
-            (s.name, f"{s.name} ({s.url})") for s in store_list()
+            (s.name, f"{s.name} ({s.shown_url})") for s in store_list()
         ]
         self.fields["function"].choices = [("", "—")] + [  # type: ignore[attr-defined]
             (m.name, f"{m.name} ({m.distribution})")

@@ -69,6 +69,7 @@ class GraphLine:
     d: str
     lane: int
     dashed: bool = False
+    abandoned: bool = False  # history a rollback left behind: grey, not a branch's colour
 
     @property
     def color(self) -> int:
@@ -84,6 +85,8 @@ class GraphNode:
     title: str
     lane: int
     tagged: bool
+    """A savepoint (any tag but a rollback's `-abandoned` one) points here."""
+    abandoned: bool = False
 
     @property
     def color(self) -> int:
@@ -128,24 +131,40 @@ class _Lines:
 
     def __init__(self) -> None:
         self.lines: list[GraphLine] = []
-        self._open: dict[int, list[int]] = {}  # lane -> [x, y_from, y_to, dashed]
+        # lane -> [x, y_from, y_to, dashed, abandoned]
+        self._open: dict[int, list[int]] = {}
 
-    def add(self, lane: int, x1: int, y1: int, x2: int, y2: int, dashed: bool = False) -> None:
+    def add(
+        self,
+        lane: int,
+        x1: int,
+        y1: int,
+        x2: int,
+        y2: int,
+        dashed: bool = False,
+        abandoned: bool = False,
+    ) -> None:
         if x1 != x2:
-            self.lines.append(GraphLine(_line(x1, y1, x2, y2), lane, dashed))
+            self.lines.append(GraphLine(_line(x1, y1, x2, y2), lane, dashed, abandoned))
             return
         run = self._open.get(lane)
-        if run is not None and run[0] == x1 and run[2] == y1 and run[3] == dashed:
+        if (
+            run is not None
+            and run[0] == x1
+            and run[2] == y1
+            and run[3] == dashed
+            and run[4] == abandoned
+        ):
             run[2] = y2
             return
         self._flush(lane)
-        self._open[lane] = [x1, y1, y2, dashed]
+        self._open[lane] = [x1, y1, y2, dashed, abandoned]
 
     def _flush(self, lane: int) -> None:
         run = self._open.pop(lane, None)
         if run is not None:
-            x, y1, y2, dashed = run
-            self.lines.append(GraphLine(f"M{x},{y1}V{y2}", lane, bool(dashed)))
+            x, y1, y2, dashed, abandoned = run
+            self.lines.append(GraphLine(f"M{x},{y1}V{y2}", lane, bool(dashed), bool(abandoned)))
 
     def done(self) -> list[GraphLine]:
         for lane in list(self._open):
@@ -276,6 +295,7 @@ def layout(
     lines = _Lines()
     nodes: list[GraphNode] = []
     lanes_used = 0
+    dim: set[int] = set()  # lanes waiting for a parent of history a rollback left behind
     k = 0
     while k < len(steps):
         step = steps[k]
@@ -289,7 +309,10 @@ def layout(
             rows.append(GraphRow(top, step.column, None, folded=run))
             for lane, want in enumerate(step.before):
                 if want is not None:
-                    lines.add(lane, _x(lane), top, _x(lane), bottom, lane == step.column)
+                    lines.add(
+                        lane, _x(lane), top, _x(lane), bottom, lane == step.column,
+                        want in abandoned or lane in dim,
+                    )  # fmt: skip
             continue
         s = step.snapshot
         row_refs = sorted(refs.get(s.snapshot_id, []))
@@ -297,15 +320,22 @@ def layout(
             GraphRow(top, step.column, s, refs=row_refs, abandoned=s.snapshot_id in abandoned)
         )
         x = _x(step.column)
+        gone = s.snapshot_id in abandoned
         for lane, want in enumerate(step.before):
             if want is None:
                 continue
             if want == s.snapshot_id:
-                lines.add(lane, _x(lane), top, x, mid)
+                lines.add(lane, _x(lane), top, x, mid, abandoned=gone or lane in dim)
+                dim.discard(lane)
             else:
-                lines.add(lane, _x(lane), top, _x(lane), bottom)
+                dim_lane = want in abandoned or lane in dim
+                lines.add(lane, _x(lane), top, _x(lane), bottom, abandoned=dim_lane)
         for lane in step.parent_lanes:
-            lines.add(lane, x, mid, _x(lane), bottom)
+            lines.add(lane, x, mid, _x(lane), bottom, abandoned=gone)
+            if gone:
+                dim.add(lane)
+            else:
+                dim.discard(lane)
         if step.stubs:
             lines.add(step.column, x, mid, x + LANE_W // 2, bottom, True)
         nodes.append(
@@ -316,7 +346,10 @@ def layout(
                 snapshot_id=s.snapshot_id,
                 title=_title(s, row_refs),
                 lane=step.column,
-                tagged=any(r.startswith("tags/") for r in row_refs),
+                tagged=any(
+                    r.startswith("tags/") and not r.endswith("-abandoned") for r in row_refs
+                ),
+                abandoned=gone,
             )
         )
         lanes_used = max(lanes_used, step.column + 1, len(step.before), len(step.after))
@@ -350,9 +383,13 @@ def svg(drawing: GraphLayout) -> SafeString:
     ]
     for line in drawing.lines:
         dashed = " dashed" if line.dashed else ""
-        parts.append(f'<path d="{line.d}" class="lane lane-{line.color}{dashed}"/>')
+        color = "abandoned" if line.abandoned else f"lane-{line.color}"
+        parts.append(f'<path d="{line.d}" class="lane {color}{dashed}"/>')
     for node in drawing.nodes:
-        mark = f"kind-{node.kind}" if node.marked else f"lane-{node.color}"
+        if node.marked:
+            mark = f"kind-{node.kind}"
+        else:
+            mark = "abandoned" if node.abandoned else f"lane-{node.color}"
         ring = (
             f'<circle cx="{node.x}" cy="{node.y}" r="9" class="tag-ring"/>' if node.tagged else ""
         )

@@ -17,6 +17,10 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("jobs/<str:name>/", jobs.job_detail, name="job"),
     path("jobs/<str:name>/live/", jobs.job_live, name="job-live"),
+    path("jobs/<str:name>/exceptions/", jobs.job_exceptions_view, name="job-exceptions"),
+    path("jobs/<str:name>/log/", jobs.job_log_view, name="job-log"),
+    path("jobs/<str:name>/log/download/", jobs.job_log_download, name="job-log-download"),
+    path("jobs/<str:name>/checkpoints/", jobs.job_checkpoints_view, name="job-checkpoints"),
     path("jobs/<str:name>/<str:kind>/", actions.job_action, name="job-action"),
     path("applications/<str:app>/", applications.application_detail, name="application"),
     path(
@@ -36,6 +40,7 @@ urlpatterns = [
         name="key-lookup",
     ),
     path("applications/<str:app>/fork/", actions.fork, name="fork"),
+    path("operations/", operations.operations, name="operations"),
     path("operations/<str:operation_id>/", operations.operation_detail, name="operation"),
     path(
         "operations/<str:operation_id>/cancel/",

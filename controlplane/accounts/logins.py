@@ -14,13 +14,9 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 
-from controlplane.audit.rejections import (
-    LOGIN_LOCKED_OUT,
-    LOGIN_UNKNOWN_USER,
-    client_address,
-    count_rejection,
-)
+from controlplane.audit.rejections import LOGIN_LOCKED_OUT, LOGIN_UNKNOWN_USER, count_rejection
 from controlplane.audit.services import audit_request
+from controlplane.proxies import client_address
 
 
 def _path(request: Any) -> str:

@@ -15,13 +15,14 @@ from django.conf import settings
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.throttling import UserRateThrottle
+from rest_framework.throttling import SimpleRateThrottle
 from rest_framework.views import APIView
 
 from controlplane.accounts.roles import ADMIN, VIEWER
 from controlplane.api.permissions import HasRole
 from controlplane.audit.rejections import UNAUTHENTICATED, count_rejection
 from controlplane.audit.services import audit_request
+from controlplane.proxies import client_address
 
 _CONVERTER = re.compile(r"<(?:\w+:)?(\w+)>")
 
@@ -40,6 +41,11 @@ def outcome_of(status_code: int) -> str:
     }.get(status_code, "error" if status_code >= 500 else "rejected")
 
 
+def route_name(route: str) -> str:
+    """A URL route as the audit names it: ``jobs/{name}/`` for ``jobs/<str:name>/``."""
+    return _CONVERTER.sub(r"{\1}", route)
+
+
 def audit_api_request(request: Any, response: Any, *, source: str = "api") -> None:
     """Record `request` when it mutates, was refused, or reads are audited."""
     method = request.method or ""
@@ -49,13 +55,15 @@ def audit_api_request(request: Any, response: Any, *, source: str = "api") -> No
         # revoked or expired token is audited by the authentication itself.
         count_rejection(UNAUTHENTICATED, request)
         return
-    # 400 too: a read with a refused parameter (e.g. ?branch=../../etc) is a probe worth a row
-    refused = status_code in (400, 403)
+    # Reads too: a read with a refused parameter (e.g. ?branch=../../etc), of something that
+    # does not exist or that cannot be answered is a probe worth a row. 429s are counted by the
+    # throttle, not written: a row each would be the flood the throttle stops.
+    refused = status_code >= 400 and status_code != 429
     if method in SAFE_METHODS and not refused and not settings.EPOCHAL_AUDIT_READS:
         return
     match = getattr(request, "resolver_match", None)
     route = match.route if match is not None and match.route else request.path
-    route = _CONVERTER.sub(r"{\1}", route)
+    route = route_name(route)
     try:
         user = request.user
     except Exception:  # authentication itself failed: the request is anonymous
@@ -84,17 +92,19 @@ def audit_api_request(request: Any, response: Any, *, source: str = "api") -> No
     )
 
 
-class ApiThrottle(UserRateThrottle):
-    """Requests per authenticated user (or per address), `EPOCHAL_API_RATE` (e.g. 6000/min).
+class _WindowThrottle(SimpleRateThrottle):
+    """Requests per key in fixed windows of the rate's period, counted in the shared cache
+    (`CACHE_URL`: every process and replica counts together) with one atomic increment.
 
-    Counted in fixed windows of the rate's period: one atomic cache increment per request.
     (DRF's own throttle keeps the time of every request of the period in one cache entry and
     rewrites it on each request — at 100,000/hour that list was most of a busy user's
     request time.) A client may get up to twice the rate across a window boundary.
     """
 
+    setting = ""
+
     def get_rate(self) -> str | None:
-        return str(settings.EPOCHAL_API_RATE) or None
+        return str(getattr(settings, self.setting)) or None
 
     def allow_request(self, request: Any, view: Any) -> bool:
         if self.rate is None:
@@ -118,6 +128,32 @@ class ApiThrottle(UserRateThrottle):
         return max(self.window_ends - self.now, 1.0)
 
 
+class ApiThrottle(_WindowThrottle):
+    """`EPOCHAL_API_RATE` requests per API token (each of a user's tokens counts on its own),
+    or per user for a dashboard session."""
+
+    setting = "EPOCHAL_API_RATE"
+
+    def get_cache_key(self, request: Any, view: Any) -> str | None:
+        token = getattr(request, "auth", None)
+        if token is not None and getattr(token, "prefix", None):
+            return f"throttle:token:{token.prefix}"
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated and getattr(user, "pk", None):
+            return f"throttle:user:{user.pk}"
+        return None
+
+
+class AddressThrottle(_WindowThrottle):
+    """`EPOCHAL_API_ADDRESS_RATE` requests per client address (behind the trusted proxies:
+    `controlplane.proxies`), signed in or not — checked before anything else of the request."""
+
+    setting = "EPOCHAL_API_ADDRESS_RATE"
+
+    def get_cache_key(self, request: Any, view: Any) -> str | None:
+        return f"throttle:address:{client_address(request)}"
+
+
 class ApiView(APIView):
     """Views set `read_role` / `write_role`; handlers stay thin (parse, call, render)."""
 
@@ -125,6 +161,13 @@ class ApiView(APIView):
     throttle_classes = [ApiThrottle]
     read_role: str = VIEWER
     write_role: str = ADMIN
+
+    def check_permissions(self, request: Request) -> None:
+        # The address first: anonymous requests count too (they are refused right after).
+        address = AddressThrottle()
+        if not address.allow_request(request, self):
+            self.throttled(request, address.wait())
+        super().check_permissions(request)
 
     def finalize_response(
         self, request: Request, response: Response, *args: Any, **kwargs: Any

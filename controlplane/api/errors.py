@@ -171,7 +171,7 @@ def _say_what_is_expected(response: Response) -> None:
     how = (
         "the token configured as EPOCHAL_METRICS_TOKEN, or an API token"
         if scheme == "Bearer"
-        else "an API token from `manage.py token USERNAME`, or sign in at /login/"
+        else "an API token from `epochal token USERNAME`, or sign in at /login/"
     )
     error = response.data["error"]
     error["message"] += f" Expected: `Authorization: {scheme} <token>` ({how})."

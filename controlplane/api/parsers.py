@@ -1,8 +1,10 @@
 """The one JSON parser of the API: strict about what it lets through.
 
 Refused with a 400 naming the place (``fields``): bytes that are not UTF-8, text that is not
-JSON, `NaN` / `Infinity`, NUL characters and lone surrogates in any key or string (PostgreSQL
-cannot store them), and nesting deeper than `MAX_DEPTH`. Bodies over the size limit never get
+JSON, `NaN` / `Infinity`, a key given twice in one object (``{"kind": "stop", "kind":
+"rescale"}``: which one counts is not for a parser to guess), NUL characters and lone
+surrogates in any key or string (PostgreSQL cannot store them), and nesting deeper than
+`MAX_DEPTH`. Bodies over the size limit never get
 here (`controlplane.api.middleware.BodyLimitMiddleware` answers 413).
 """
 
@@ -23,6 +25,22 @@ _FORBIDDEN = re.compile("[\x00\ud800-\udfff]")
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
+
+
+class DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        self.key = key
+        super().__init__(key)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object from its (key, value) pairs; DuplicateKey when a key comes twice."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise DuplicateKey(key)
+        found[key] = value
+    return found
 
 
 def _refuse(message: str, where: str, problem: str, code: str = "malformed_request") -> None:
@@ -68,7 +86,14 @@ def loads_strict(raw: bytes) -> Any:
     except UnicodeDecodeError as exc:
         _refuse(f"the body is not UTF-8 (byte {exc.start})", "body", "not UTF-8")
     try:
-        value = json.loads(text, parse_constant=_reject_constant)
+        value = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    except DuplicateKey as exc:
+        shown = _FORBIDDEN.sub("?", exc.key)[:200]
+        _refuse(
+            f"the key {shown!r} appears more than once in one JSON object; send it once",
+            shown,
+            "given more than once",
+        )
     except RecursionError:
         _refuse(
             f"the JSON body is nested deeper than {MAX_DEPTH} levels",

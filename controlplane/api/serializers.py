@@ -25,6 +25,7 @@ from controlplane.jobs.spark_conf import spark_conf_schema
 from controlplane.lineage.models import COMMIT_KINDS
 from controlplane.operations.models import OperationKind, OperationState
 from controlplane.operations.registry import SPECS
+from controlplane.patterns import WholeRegexField
 from runners.launchers import RUNNERS
 
 
@@ -119,8 +120,8 @@ class ApplicationSerializer(ContextSerializer):
 
 
 class ApplicationCreateSerializer(StrictSerializer):
-    name = serializers.RegexField(NAME_PATTERN, max_length=100)
-    store_namespace = serializers.RegexField(
+    name = WholeRegexField(NAME_PATTERN, max_length=100)
+    store_namespace = WholeRegexField(
         NAME_PATTERN, max_length=100, required=False, help_text="Defaults to the name."
     )
     max_parallelism = serializers.IntegerField(
@@ -148,7 +149,7 @@ class VersionSerializer(ContextSerializer):
 
 
 class VersionCreateSerializer(StrictSerializer):
-    job = serializers.RegexField(
+    job = WholeRegexField(
         JOB_NAME_PATTERN,
         max_length=100,
         help_text="Name of a job registered as an entry point of group epochal.jobs by an "
@@ -353,12 +354,12 @@ class SparkConfField(serializers.DictField):
 
 
 class JobCreateSerializer(StrictSerializer):
-    name = serializers.RegexField(NAME_PATTERN, max_length=100)
-    application = serializers.RegexField(NAME_PATTERN, max_length=100)
+    name = WholeRegexField(NAME_PATTERN, max_length=100)
+    application = WholeRegexField(NAME_PATTERN, max_length=100)
     version = serializers.IntegerField(
         min_value=1, required=False, help_text="Version number; default: the newest."
     )
-    branch = serializers.RegexField(REF_PATTERN, max_length=255, default="main")
+    branch = WholeRegexField(REF_PATTERN, max_length=255, default="main")
     parallelism = serializers.IntegerField(min_value=1, max_value=MAX_PARALLELISM_LIMIT, default=2)
     runner = serializers.ChoiceField(choices=["", *RUNNERS], default="")
     follow = serializers.BooleanField(default=True)
@@ -555,7 +556,7 @@ class UserSerializer(ContextSerializer):
 
 
 class UserCreateSerializer(StrictSerializer):
-    username = serializers.RegexField(r"^[\w.@+-]{1,150}$")
+    username = WholeRegexField(r"^[\w.@+-]{1,150}$")
     role = serializers.ChoiceField(choices=list(ROLES))
     email = serializers.EmailField(required=False, default="")
     password = serializers.CharField(
@@ -603,7 +604,7 @@ class TokenCreateSerializer(StrictSerializer):
         default=None,
         help_text="Days until the token stops working; null or absent: it does not expire.",
     )
-    user = serializers.RegexField(
+    user = WholeRegexField(
         r"^[\w.@+-]{1,150}$", required=False, help_text="Admins: issue it to another user."
     )
 

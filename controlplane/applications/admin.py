@@ -13,7 +13,7 @@ class StoreAdmin(admin.ModelAdmin):
     """The store registry: the only places operations may name (file:// under
     EPOCHAL_STORE_ROOTS, checked by the model's clean)."""
 
-    list_display = ["name", "url", "credentials_env", "credentials_secret", "created_at"]
+    list_display = ["name", "shown_url", "credentials_env", "credentials_secret", "created_at"]
     search_fields = ["name", "url"]
     readonly_fields = ["created_at"]
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from controlplane.patterns import WholeRegexValidator
 from runners import entry_points
 from runners.job_spec import ENV_NAME_PATTERN
 
@@ -29,9 +30,54 @@ JOB_NAME_PATTERN = entry_points.NAME_PATTERN
 SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 
 
+CREDENTIALS_IN_URL = (
+    "credentials do not go in a URL (it is shown to every viewer and written to logs): "
+    "register the store with credentials_env (the prefix of environment variables "
+    "<PREFIX>_AWS_ACCESS_KEY_ID and <PREFIX>_AWS_SECRET_ACCESS_KEY) or credentials_secret "
+    "(a Kubernetes Secret mounted into the job's pods) instead"
+)
+
+
+def _has_userinfo(url: str) -> bool:
+    netloc = urlsplit(url).netloc
+    return "@" in netloc
+
+
+def url_credential_errors(url: str) -> list[str]:
+    """[CREDENTIALS_IN_URL] when `url`, or an endpoint_url inside it, carries userinfo
+    (``s3://KEY:SECRET@bucket``, ``?endpoint_url=http://user:pw@host``); else []."""
+    endpoints = parse_qs(urlsplit(url).query).get("endpoint_url", [])
+    if _has_userinfo(url) or any(_has_userinfo(e) for e in endpoints):
+        return [CREDENTIALS_IN_URL]
+    return []
+
+
+def shown_url(url: str) -> str:
+    """`url` as it may be shown (API answers, the admin, logs): any userinfo — of a row
+    registered before the rule — replaced by ``***``."""
+    parts = urlsplit(url)
+
+    def hide(netloc: str) -> str:
+        return f"***@{netloc.rpartition('@')[2]}" if "@" in netloc else netloc
+
+    query = parts.query
+    if "@" in query:
+        options = parse_qs(query, keep_blank_values=True)
+        options = {
+            k: [urlsplit(v)._replace(netloc=hide(urlsplit(v).netloc)).geturl() for v in vs]
+            for k, vs in options.items()
+        }
+        query = urlencode(options, doseq=True, safe=":/*@")
+    return parts._replace(netloc=hide(parts.netloc), query=query).geturl()
+
+
 def store_url_errors(url: str, roots: Sequence[Path]) -> list[str]:
-    """What is wrong with `url` as a registered store ([] when nothing): file:// stores live
-    under one of `roots` (symlinks resolved); s3:// stores name a bucket and known options."""
+    """What is wrong with `url` as a registered store ([] when nothing): no credentials in it;
+    file:// stores live under one of `roots` (symlinks resolved); s3:// stores name a bucket
+    and known options."""
+    credentials = url_credential_errors(url)
+    if credentials:
+        return credentials
     parts = urlsplit(url)
     if parts.scheme == "file":
         if parts.query or parts.fragment:
@@ -70,13 +116,15 @@ class Store(models.Model):
     (`credentials_secret`, mounted into the job's driver and executors).
     """
 
-    name = models.CharField(max_length=100, unique=True, validators=[RegexValidator(NAME_PATTERN)])
+    name = models.CharField(
+        max_length=100, unique=True, validators=[WholeRegexValidator(NAME_PATTERN)]
+    )
     url = models.CharField(max_length=1000, unique=True)
     credentials_env = models.CharField(
         max_length=100,
         blank=True,
         default="",
-        validators=[RegexValidator(ENV_NAME_PATTERN, "an environment variable name")],
+        validators=[WholeRegexValidator(ENV_NAME_PATTERN, "an environment variable name")],
         help_text="Environment variable prefix the store's credentials come from "
         "(<PREFIX>_AWS_ACCESS_KEY_ID, <PREFIX>_AWS_SECRET_ACCESS_KEY); never the secret.",
     )
@@ -84,7 +132,7 @@ class Store(models.Model):
         max_length=253,
         blank=True,
         default="",
-        validators=[RegexValidator(SECRET_NAME_PATTERN, "a Kubernetes secret name")],
+        validators=[WholeRegexValidator(SECRET_NAME_PATTERN, "a Kubernetes secret name")],
         help_text="Kubernetes secret holding the store's credentials, mounted into job pods.",
     )
     description = models.TextField(blank=True, default="")
@@ -95,6 +143,10 @@ class Store(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def shown_url(self) -> str:
+        return shown_url(self.url)
 
     def clean(self) -> None:
         errors = store_url_errors(self.url, settings.EPOCHAL_STORE_ROOTS)
@@ -110,9 +162,11 @@ class Application(models.Model):
     the deployment's `STORE_URL`.
     """
 
-    name = models.CharField(max_length=100, unique=True, validators=[RegexValidator(NAME_PATTERN)])
+    name = models.CharField(
+        max_length=100, unique=True, validators=[WholeRegexValidator(NAME_PATTERN)]
+    )
     store_namespace = models.CharField(
-        max_length=100, unique=True, validators=[RegexValidator(NAME_PATTERN)]
+        max_length=100, unique=True, validators=[WholeRegexValidator(NAME_PATTERN)]
     )
     max_parallelism = models.PositiveIntegerField(
         default=128, validators=[MinValueValidator(1), MaxValueValidator(MAX_PARALLELISM_LIMIT)]
@@ -154,7 +208,7 @@ class ApplicationVersion(models.Model):
     job = models.CharField(
         max_length=255,
         validators=[
-            RegexValidator(
+            WholeRegexValidator(
                 JOB_NAME_PATTERN, "a job is named by its entry-point name (epochal.jobs)"
             )
         ],

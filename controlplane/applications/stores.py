@@ -25,7 +25,7 @@ class UnknownStoreError(LookupError):
         self.name = name
         super().__init__(
             f"no store named {name!r} is registered; an admin registers one "
-            "(admin site, or `manage.py register_store NAME URL`); GET /api/stores/ lists them"
+            "(admin site, or `epochal register-store NAME URL`); GET /api/stores/ lists them"
         )
 
 

@@ -14,6 +14,8 @@ from typing import Any, Final
 
 from django.core.cache import cache
 
+from controlplane.proxies import client_address
+
 UNAUTHENTICATED: Final = "unauthenticated"
 """A request without credentials, or with a token that matches none."""
 LOGIN_UNKNOWN_USER: Final = "login_unknown_user"
@@ -33,11 +35,6 @@ def _incr(key: str, timeout: int | None) -> int:
         if cache.add(key, 1, timeout=timeout):
             return 1
         return int(cache.incr(key))
-
-
-def client_address(request: Any) -> str:
-    meta = getattr(request, "META", {})
-    return str(meta.get("REMOTE_ADDR") or "unknown")
 
 
 def count_rejection(kind: str, request: Any) -> int:

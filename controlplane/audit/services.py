@@ -52,8 +52,10 @@ def audit_execution(
     action: str,
     outcome: str,
     detail: Mapping[str, Any] | None = None,
+    source: str = "worker",
 ) -> AuditEntry:
-    """Record one step of an operation's execution (started, a phase, the result)."""
+    """Record one step of an operation's execution (started, a phase, the result); `source`:
+    where it happened (the request itself: the way it came, `cli`, `web`, `api` …)."""
     user = operation.requested_by
     return AuditEntry.objects.create(
         kind=AuditKind.EXECUTION,
@@ -62,7 +64,7 @@ def audit_execution(
         action=action[:200],
         target=f"operation {operation.pk}",
         outcome=outcome,
-        source="worker",
+        source=source,
         operation=operation,
         detail=dict(detail or {}),
     )

@@ -15,19 +15,34 @@ Per epoch k, over the ``metric_window`` epochs ending at k (all at the current p
   growing backlog means input arrives faster than the job reads it, a shrinking one slower;
 * the rate to sustain ``required = arrival + backlog_k * records_per_epoch /
   (catch_up_epochs * wall_per_epoch)`` (drain today's backlog within ``catch_up_epochs``);
-* its recommendation ``ceil(required / (mu * target_utilisation))``, clamped to
-  ``[min_parallelism, min(max_parallelism, key groups)]``.
+* its demand ``need = required / mu`` (tasks busy all the time) and recommendation
+  ``ceil(need / target_utilisation)``, clamped to ``[min_parallelism, min(max_parallelism,
+  key groups)]``.
 
-Stabilisation (Kubernetes' HPA behaviour): scale up to the *lowest* recommendation of the last
-``scale_up_window`` epochs when even that is above the current parallelism; scale down to the
-*highest* recommendation of the last ``scale_down_window`` epochs when even that is below it.
-``cooldown_epochs`` epochs after every parallelism change are not measured (the epoch that
-switched pays the change and the backlog built up meanwhile).
+The decision never acts on one epoch's figures. Over a stabilisation window it takes the
+*median* of the per-epoch demands and a one-sided confidence bound on that median (from the
+median absolute deviation, see `robust`):
+
+* **scale up** when the median utilisation ``need / p`` over the last ``scale_up_window``
+  epochs is above ``utilisation_max``, to ``ceil(max(median need, newest need) /
+  target_utilisation)`` (a rising load: the newest epoch has seen the most of it);
+* **scale down** only when the *upper* bound of the utilisation over the last
+  ``scale_down_window`` epochs is below ``utilisation_min`` and the smaller parallelism keeps
+  up by that bound: to ``q = ceil(upper need / target_utilisation)``, and only if ``q < p``
+  (and the newest epochs' median asks for no more than ``q``);
+* else hold: between ``utilisation_min`` and ``utilisation_max`` nothing moves, however the
+  epochs jitter.
+
+After every parallelism change ``cooldown_epochs`` epochs are not measured (the epoch that
+switched pays the change and the backlog built up meanwhile), and no further change is made
+for ``min_dwell_s`` seconds of commit time — except a scale-up while the job cannot keep up
+at all (the lower bound of its utilisation above 1), which waiting would only make worse.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
@@ -51,6 +66,11 @@ class Policy:
     cooldown_epochs: int = 2
     metric_window: int = 3
     catch_up_epochs: int = 30
+    #: hold while the utilisation stays between these (Flink's utilization.min / .max)
+    utilisation_min: float = 0.4
+    utilisation_max: float = 0.9
+    #: seconds of commit time after a parallelism change before the next one
+    min_dwell_s: float = 60.0
 
     def problems(self) -> dict[str, str]:
         """Field -> what is wrong ({} for a valid policy)."""
@@ -68,6 +88,12 @@ class Policy:
                 bad[name] = "an integer from 1 to 1000"
         if not 0 <= self.cooldown_epochs <= 1000:
             bad["cooldown_epochs"] = "an integer from 0 to 1000"
+        if not 0.0 <= self.utilisation_min < min(1.0, self.target_utilisation):
+            bad["utilisation_min"] = "a number from 0 up to (not including) target_utilisation"
+        if not max(0.05, self.target_utilisation) <= self.utilisation_max <= 2.0:
+            bad["utilisation_max"] = "a number from target_utilisation to 2.0"
+        if not 0.0 <= self.min_dwell_s <= 86400.0:
+            bad["min_dwell_s"] = "a number of seconds from 0 to 86400"
         return bad
 
 
@@ -117,6 +143,8 @@ class Estimate:
     utilisation: float
     backlog_epochs: int
     recommended: int
+    #: tasks kept busy all the time by the required rate (``required / mu``)
+    need: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -145,6 +173,41 @@ def bounds(policy: Policy, key_groups: int) -> tuple[int, int]:
     return min(policy.min_parallelism, high), high
 
 
+def parallelism_for(need: float, utilisation: float) -> int:
+    """The fewest tasks that serve `need` busy tasks at no more than `utilisation` each."""
+    return max(1, math.ceil(need / utilisation - 1e-9))
+
+
+@dataclass(frozen=True)
+class Robust:
+    """A window's per-epoch figures reduced to their median and a one-sided bound each way."""
+
+    median: float
+    low: float
+    high: float
+    n: int
+
+
+#: one-sided normal quantile of the bounds (95 %)
+CONFIDENCE_Z = 1.645
+
+
+def robust(values: Sequence[float], overlap: int = 1) -> Robust:
+    """Median and a 95 % one-sided bound either side of it: the spread is the median absolute
+    deviation scaled to a standard deviation (1.4826 MAD, which one wild epoch cannot inflate
+    the way it inflates a standard deviation), the median's standard error 1.2533 sd /
+    sqrt(n_eff). Consecutive values measured over `overlap` epochs each share epochs, so
+    they count as ``n_eff = (n + overlap - 1) / overlap`` independent ones."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    med = statistics.median(ordered)
+    mad = statistics.median(abs(v - med) for v in ordered)
+    n_eff = (len(ordered) + overlap - 1) / overlap
+    half = CONFIDENCE_Z * 1.2533 * 1.4826 * mad / math.sqrt(n_eff)
+    return Robust(median=med, low=med - half, high=med + half, n=len(ordered))
+
+
 def estimate(policy: Policy, window: Sequence[Sample], before: Sample, key_groups: int) -> Estimate:
     """The recommendation over `window` (consecutive epochs at one parallelism) following the
     commit `before`. Raises ValueError when the window cannot be measured."""
@@ -166,7 +229,7 @@ def estimate(policy: Policy, window: Sequence[Sample], before: Sample, key_group
     wall_per_epoch = wall / len(window)
     required = arrival + backlog * per_epoch / (policy.catch_up_epochs * wall_per_epoch)
     low, high = bounds(policy, key_groups)
-    wanted = math.ceil(required / (mu * policy.target_utilisation) - 1e-9)
+    wanted = parallelism_for(required / mu, policy.target_utilisation)
     return Estimate(
         epoch=last.epoch,
         records_per_s_per_task=round(mu, 3),
@@ -176,7 +239,14 @@ def estimate(policy: Policy, window: Sequence[Sample], before: Sample, key_group
         utilisation=round(busy / (p * wall), 4),
         backlog_epochs=backlog,
         recommended=max(low, min(high, wanted)),
+        need=round(required / mu, 4),
     )
+
+
+def _last_change(ordered: Sequence[Sample]) -> Sample | None:
+    """The newest commit at another parallelism than the newest one's (None: none seen)."""
+    p = ordered[-1].parallelism
+    return next((s for s in reversed(ordered) if s.parallelism != p), None)
 
 
 def decide(policy: Policy, samples: Sequence[Sample], *, key_groups: int) -> Decision:
@@ -239,40 +309,85 @@ def decide(policy: Policy, samples: Sequence[Sample], *, key_groups: int) -> Dec
             last.epoch,
             tuple(estimates),
         )
-    up = [e.recommended for e in estimates[-policy.scale_up_window :]]
-    down = [e.recommended for e in estimates[-policy.scale_down_window :]]
+    return _judge(policy, ordered, tuple(estimates), low, high)
+
+
+def _judge(
+    policy: Policy, ordered: Sequence[Sample], estimates: tuple[Estimate, ...], low: int, high: int
+) -> Decision:
+    """The decision from the per-epoch estimates at the current parallelism (module doc)."""
+    last = ordered[-1]
+    p = last.parallelism
+    target = policy.target_utilisation
+
+    def clamp(n: int) -> int:
+        return max(low, min(high, n))
+
+    up_window = estimates[-policy.scale_up_window :]
+    down_window = estimates[-policy.scale_down_window :]
+    up = robust([e.need for e in up_window], policy.metric_window)
+    down = robust([e.need for e in down_window], policy.metric_window)
     newest = estimates[-1]
+    point = clamp(parallelism_for(up.median, target))
+    # a rising load: the newest epoch has seen the most of it (the median lags a step)
+    rising = max(up.median, newest.need)
+    catch_up = clamp(parallelism_for(rising, target))
     why = (
-        f"utilisation {newest.utilisation:.2f} (target {policy.target_utilisation:.2f}), "
-        f"input {newest.arrival_records_per_s:.0f} rec/s, "
+        f"median utilisation {up.median / p:.2f} over the last {up.n} epochs "
+        f"(holds from {policy.utilisation_min:.2f} to {policy.utilisation_max:.2f}, "
+        f"target {target:.2f}), input {newest.arrival_records_per_s:.0f} rec/s, "
         f"{newest.records_per_s_per_task:.0f} rec/s per busy task, "
         f"backlog {newest.backlog_epochs} epochs"
     )
-    if len(up) == policy.scale_up_window and min(up) > p:
+    wants: tuple[str, int, str] | None = None
+    if len(up_window) == policy.scale_up_window and up.median / p > policy.utilisation_max:
+        if catch_up > p:
+            wants = (
+                SCALE_UP,
+                catch_up,
+                f"{why}: above {policy.utilisation_max:.2f}; {rising:.2f} busy tasks "
+                f"need {catch_up} at the target",
+            )
+    elif len(down_window) == policy.scale_down_window and down.high / p < policy.utilisation_min:
+        # The smaller parallelism must keep up by the bound, and by the newest epochs too.
+        demand = max(down.high, up.median)
+        smaller = clamp(parallelism_for(demand, target))
+        if smaller < p:
+            wants = (
+                SCALE_DOWN,
+                smaller,
+                f"{why}: the last {down.n} epochs' utilisation is at most "
+                f"{down.high / p:.2f} (95 % bound), below {policy.utilisation_min:.2f}; "
+                f"{smaller} tasks keep up at {demand / smaller:.2f} by that bound",
+            )
+    if wants is None:
         return Decision(
-            SCALE_UP,
+            HOLD,
             p,
-            newest.recommended,
-            f"{why}: the last {len(up)} epochs each need more than {p} tasks "
-            f"(recommendations {up})",
+            point,
+            f"{why}: stays at {p} (demand {up.median:.2f} busy tasks, 95 % bounds "
+            f"{down.low:.2f} to {down.high:.2f} over the last {down.n} epochs)",
             last.epoch,
-            tuple(estimates),
+            estimates,
         )
-    if len(down) == policy.scale_down_window and max(down) < p:
+    action, to, reason = wants
+    change = _last_change(ordered)
+    # A job that demonstrably cannot keep up (utilisation above 1 by the lower bound) is not
+    # held: waiting would only grow its backlog.
+    behind = action == SCALE_UP and up.low / p > 1.0
+    if (
+        change is not None
+        and not behind
+        and last.committed_at - change.committed_at < policy.min_dwell_s
+    ):
+        dwelt = last.committed_at - change.committed_at
         return Decision(
-            SCALE_DOWN,
+            HOLD,
             p,
-            max(down),
-            f"{why}: the last {len(down)} epochs each need at most {max(down)} tasks",
+            to,
+            f"{reason}; but it holds: {dwelt:.0f} of min_dwell_s {policy.min_dwell_s:g} s "
+            "since the last change",
             last.epoch,
-            tuple(estimates),
+            estimates,
         )
-    return Decision(
-        HOLD,
-        p,
-        newest.recommended,
-        f"{why}: stays at {p} (recent recommendations {down}; up needs the last "
-        f"{policy.scale_up_window} above {p}, down the last {policy.scale_down_window} below)",
-        last.epoch,
-        tuple(estimates),
-    )
+    return Decision(action, p, to, reason, last.epoch, estimates)

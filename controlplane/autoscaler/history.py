@@ -6,18 +6,39 @@ from __future__ import annotations
 from controlplane.autoscaler.decision import Policy, Sample
 from snapshots_store import Repository
 
+#: commits read at most to find the last parallelism change within a policy's dwell time
+MAX_DWELL_SAMPLES = 2000
 
-def branch_samples(repo: Repository, branch: str, limit: int) -> tuple[list[Sample], int]:
+
+def branch_samples(
+    repo: Repository, branch: str, limit: int, *, dwell_s: float = 0.0
+) -> tuple[list[Sample], int]:
     """The newest `limit` epoch commits of `branch`'s first-parent history, oldest first, and
     the lineage's key groups (M). Stops at a commit that processed nothing and is not a
-    rescale (rollback, fork, migration, initial): what came before is another history."""
+    rescale (rollback, fork, migration, initial): what came before is another history.
+
+    With `dwell_s`, reads on past `limit` (up to `MAX_DWELL_SAMPLES`) while every commit so
+    far is at the newest one's parallelism and committed less than `dwell_s` before it, so a
+    parallelism change within the dwell time is always among the samples."""
     head = repo.read_ref(f"heads/{branch}")
     if head is None:
         return [], 0
     samples: list[Sample] = []
     key_groups = 0
     sid: str | None = head.target
-    while sid is not None and len(samples) < limit:
+
+    def more() -> bool:
+        if len(samples) < limit:
+            return True
+        if not dwell_s or len(samples) >= MAX_DWELL_SAMPLES:
+            return False
+        newest, oldest = samples[0], samples[-1]
+        return (
+            oldest.parallelism == newest.parallelism
+            and newest.committed_at - oldest.committed_at < dwell_s
+        )
+
+    while sid is not None and more():
         manifest = repo.read_manifest(sid)
         key_groups = key_groups or manifest.max_parallelism
         if "records_in" in manifest.stats:

@@ -23,6 +23,9 @@ class AutoscalePolicy(models.Model):
     cooldown_epochs = models.PositiveIntegerField(default=_DEFAULT.cooldown_epochs)
     metric_window = models.PositiveIntegerField(default=_DEFAULT.metric_window)
     catch_up_epochs = models.PositiveIntegerField(default=_DEFAULT.catch_up_epochs)
+    utilisation_min = models.FloatField(default=_DEFAULT.utilisation_min)
+    utilisation_max = models.FloatField(default=_DEFAULT.utilisation_max)
+    min_dwell_s = models.FloatField(default=_DEFAULT.min_dwell_s)
     updated_at = models.DateTimeField(auto_now=True)
 
     FIELDS = (
@@ -35,6 +38,9 @@ class AutoscalePolicy(models.Model):
         "cooldown_epochs",
         "metric_window",
         "catch_up_epochs",
+        "utilisation_min",
+        "utilisation_max",
+        "min_dwell_s",
     )
 
     def __str__(self) -> str:

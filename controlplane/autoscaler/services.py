@@ -36,6 +36,7 @@ _INT_FIELDS = (
     "metric_window",
     "catch_up_epochs",
 )
+_FLOAT_FIELDS = ("target_utilisation", "utilisation_min", "utilisation_max", "min_dwell_s")
 
 
 def _clean(changes: Mapping[str, Any], current: Policy) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def _clean(changes: Mapping[str, Any], current: Policy) -> dict[str, Any]:
             wrong[name] = [f"must be a string, one of {list(MODES)}"]
         elif name in _INT_FIELDS and (isinstance(value, bool) or not isinstance(value, int)):
             wrong[name] = ["must be an integer"]
-        elif name == "target_utilisation" and (
+        elif name in _FLOAT_FIELDS and (
             isinstance(value, bool) or not isinstance(value, int | float)
         ):
             wrong[name] = ["must be a number"]
@@ -60,8 +61,9 @@ def _clean(changes: Mapping[str, Any], current: Policy) -> dict[str, Any]:
         raise InvalidRequest(f"wrong type for {sorted(wrong)}", fields=wrong)
     merged = {name: getattr(current, name) for name in AutoscalePolicy.FIELDS}
     merged.update(changes)
-    if "target_utilisation" in changes:
-        merged["target_utilisation"] = float(changes["target_utilisation"])
+    for name in _FLOAT_FIELDS:
+        if name in changes:
+            merged[name] = float(changes[name])
     problems = Policy(**merged).problems()
     if problems:
         raise InvalidRequest(
@@ -119,7 +121,9 @@ def evaluate(job: Job, *, force: bool = False) -> AutoscaleDecision | None:
     last = AutoscaleDecision.objects.filter(job=job).order_by("-created_at", "-id").first()
     if not force and last is not None and last.inputs.get("head") == head.target:
         return None
-    samples, key_groups = branch_samples(repo, job.branch, sample_limit(policy))
+    samples, key_groups = branch_samples(
+        repo, job.branch, sample_limit(policy), dwell_s=policy.min_dwell_s
+    )
     decision = decide(policy, samples, key_groups=key_groups)
     return record(job, policy, decision, head=head.target, key_groups=key_groups)
 

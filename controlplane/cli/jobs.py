@@ -12,8 +12,12 @@ from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.cli.console import CliError, Console
 from controlplane.cli.verb import Verb
 from controlplane.jobs.models import Job
-from controlplane.jobs.selectors import job_list
-from controlplane.jobs.services import job_create, version_config_errors
+from controlplane.jobs.selectors import job_get, job_list, job_shown_state, runs_watched_at
+from controlplane.jobs.services import (
+    job_create,
+    job_set_savepoint_schedule,
+    version_config_errors,
+)
 from controlplane.jobs.store import application_repository, branch_head
 from controlplane.operations.selectors import operation_active_for_job
 from runners import entry_points
@@ -27,7 +31,9 @@ def _jobs_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _run_jobs(args: argparse.Namespace, console: Console) -> int:
     rows: list[dict[str, Any]] = []
+    watched_at = runs_watched_at()
     for job in job_list(application=args.application, state=args.state):
+        shown = job_shown_state(job, watched_at=watched_at)
         try:
             head = branch_head(job) or ""
         except Exception as exc:  # the store may be unreachable: say so, keep listing
@@ -38,7 +44,12 @@ def _run_jobs(args: argparse.Namespace, console: Console) -> int:
                 "name": job.name,
                 "application": job.application.name,
                 "branch": job.branch,
-                "state": job.state,
+                # what is known: `unknown` while nothing watches a run the database calls
+                # running (the control plane is down); the recorded state beside it
+                "state": shown.state,
+                "recorded_state": job.state,
+                "desired_state": job.desired_state,
+                "runs_watched_at": watched_at.isoformat() if watched_at else None,
                 "parallelism": job.parallelism,
                 "head": head,
                 "operation": {
@@ -49,7 +60,7 @@ def _run_jobs(args: argparse.Namespace, console: Console) -> int:
                 }
                 if op
                 else None,
-                "status_reason": job.status_reason,
+                "status_reason": shown.reason,
             }
         )
     if console.as_json:
@@ -226,4 +237,53 @@ LOG = Verb(
     _run_log,
 )
 
-VERBS = (JOBS, REGISTER, LOG)
+
+def _savepoints_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job")
+    parser.add_argument(
+        "--every", type=int, help="take a savepoint of the running job every N seconds (0: off)"
+    )
+    parser.add_argument("--keep", type=int, help="keep the newest N periodic savepoints (0: all)")
+
+
+def _run_savepoints(args: argparse.Namespace, console: Console) -> int:
+    from controlplane.operations.schedule import periodic_tags
+
+    job = job_get(name=args.job)
+    if args.every is not None or args.keep is not None:
+        job = job_set_savepoint_schedule(
+            job,
+            interval_s=job.savepoint_interval_s if args.every is None else args.every,
+            retention=job.savepoint_retention if args.keep is None else args.keep,
+        )
+    tags = periodic_tags(job)
+    if console.as_json:
+        console.json(
+            {
+                "job": job.name,
+                "interval_s": job.savepoint_interval_s,
+                "retention": job.savepoint_retention,
+                "savepoints": [{"tag": name, "snapshot": sid} for name, sid in tags],
+            }
+        )
+        return 0
+    if job.savepoint_interval_s:
+        keep = f"the newest {job.savepoint_retention}" if job.savepoint_retention else "all"
+        console.line(
+            f"{job.name}: a savepoint every {job.savepoint_interval_s} s while it runs, "
+            f"keeping {keep}"
+        )
+    else:
+        console.line(f"{job.name}: no periodic savepoints (--every SECONDS turns them on)")
+    console.table(["TAG", "SNAPSHOT"], [[name, sid[:12]] for name, sid in tags])
+    return 0
+
+
+SAVEPOINTS = Verb(
+    "savepoints",
+    "a job's periodic savepoints: --every SECONDS, --keep N, and the ones kept",
+    _savepoints_arguments,
+    _run_savepoints,
+)
+
+VERBS = (JOBS, REGISTER, LOG, SAVEPOINTS)

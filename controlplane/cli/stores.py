@@ -34,9 +34,9 @@ def _run_register(args: argparse.Namespace, console: Console) -> int:
         description=args.description,
     )
     if console.as_json:
-        console.json({"name": store.name, "url": store.url})
+        console.json({"name": store.name, "url": store.shown_url})
     else:
-        console.line(f"registered store {store.name}: {store.url}")
+        console.line(f"registered store {store.name}: {store.shown_url}")
     return 0
 
 
@@ -45,7 +45,7 @@ def _run_list(args: argparse.Namespace, console: Console) -> int:
     rows = [
         {
             "name": s.name,
-            "url": s.url,
+            "url": s.shown_url,
             "credentials": s.credentials_secret or s.credentials_env or "-",
             "applications": ", ".join(a.name for a in s.applications.all()) or "-",
         }

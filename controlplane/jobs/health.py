@@ -7,19 +7,21 @@ sources know it (bytes of JSON lines, rows of Parquet); for other sources it is 
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 
 from controlplane.jobs.models import Job, JobState
+from controlplane.jobs.selectors import UNKNOWN, ShownState, job_shown_state, runs_watched_at
 from controlplane.lineage.models import Branch, Snapshot
 from controlplane.operations.models import ACTIVE_STATES, Operation
 
@@ -42,6 +44,8 @@ class JobHealth:
     operation: Operation | None
     level: str
     """"ok", "idle" (not running), "warn" or "alarm"."""
+    shown: ShownState
+    """The state to show: the recorded one, or `unknown` while nothing watches the run."""
     alarm: str
     """Words for warn/alarm: what is wrong and what to look at."""
 
@@ -58,18 +62,38 @@ def stall_after_s() -> float:
 
 
 _load_lock = threading.Lock()
+#: How long a job that could not be loaded here is not tried again (seconds).
+RETRY_LOAD_AFTER_S = 5.0
+_sources: dict[tuple[str, str], Any] = {}
+_failed: dict[tuple[str, str], float] = {}
 
 
-@lru_cache(maxsize=256)
 def _source(job_ref: str, job_args: str) -> Any:
-    """The engine source a job version reads (None when the job cannot be loaded here)."""
+    """The engine source a job version reads (None when the job cannot be loaded here).
+
+    A loaded source is kept for the life of the process; a failure only for a few seconds:
+    the package naming the job may be installed next (the web process must see it without a
+    restart), so the import system's caches are dropped and the load tried again."""
     from runners.engine.main import load_job
 
-    try:
-        with _load_lock:
-            return load_job(job_ref, json.loads(job_args)).source
-    except (SystemExit, Exception):
-        return None
+    key = (job_ref, job_args)
+    if key in _sources:
+        return _sources[key]
+    with _load_lock:
+        if time.monotonic() - _failed.get(key, -RETRY_LOAD_AFTER_S) < RETRY_LOAD_AFTER_S:
+            return None
+        if key in _failed:
+            importlib.invalidate_caches()  # directories' listings the import system kept
+        try:
+            source = load_job(job_ref, json.loads(job_args)).source
+        except (SystemExit, Exception):
+            _failed[key] = time.monotonic()
+            return None
+        _failed.pop(key, None)
+        if len(_sources) >= 256:
+            _sources.clear()
+        _sources[key] = source
+        return source
 
 
 def input_backlog(job: Job, offsets: Mapping[str, Mapping[str, int]]) -> InputBacklog | None:
@@ -107,8 +131,22 @@ def _words(seconds: float) -> str:
 
 
 def _assess(
-    job: Job, head: Snapshot | None, age: float | None, backlog: InputBacklog | None
+    job: Job,
+    head: Snapshot | None,
+    age: float | None,
+    backlog: InputBacklog | None,
+    shown: ShownState,
 ) -> tuple[str, str]:
+    if shown.state == UNKNOWN:
+        since = (
+            f"since {timezone.localtime(shown.watched_at):%Y-%m-%d %H:%M:%S}"
+            if shown.watched_at
+            else "ever"
+        )
+        return "warn", (
+            f"nothing has watched this job's run {since}: the control plane (its reconciler) "
+            "is down or busy, so whether the job still runs is unknown"
+        )
     if job.state == JobState.FAILED:
         return "alarm", job.status_reason or "the job failed; see its last run's log"
     if job.state not in (JobState.RUNNING, JobState.STARTING):
@@ -148,12 +186,14 @@ def job_health(jobs: Iterable[Job], *, with_backlog: bool = True) -> list[JobHea
         )
     }
     now = timezone.now()
+    watched_at = runs_watched_at()
     result = []
     for job in jobs:
+        shown = job_shown_state(job, watched_at=watched_at, now=now)
         head = heads.get((job.application_id, job.branch))
         age = None if head is None else max(0.0, (now - head.created_at).total_seconds())
         backlog = input_backlog(job, head.offsets if head else {}) if with_backlog else None
-        level, alarm = _assess(job, head, age, backlog)
+        level, alarm = _assess(job, head, age, backlog, shown)
         result.append(
             JobHealth(
                 job=job,
@@ -163,6 +203,7 @@ def job_health(jobs: Iterable[Job], *, with_backlog: bool = True) -> list[JobHea
                 operation=operations.get(job.pk),
                 level=level,
                 alarm=alarm,
+                shown=shown,
             )
         )
     return result

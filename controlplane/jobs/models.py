@@ -9,10 +9,11 @@ what parallelism, on which launcher, and whether it should be running (`desired_
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from controlplane.applications.models import NAME_PATTERN, Application, ApplicationVersion
+from controlplane.patterns import WholeRegexValidator
 
 
 class JobState(models.TextChoices):
@@ -32,7 +33,9 @@ class DesiredState(models.TextChoices):
 class Job(models.Model):
     """A deployment of `branch` of `application`, running `version`'s code."""
 
-    name = models.CharField(max_length=100, unique=True, validators=[RegexValidator(NAME_PATTERN)])
+    name = models.CharField(
+        max_length=100, unique=True, validators=[WholeRegexValidator(NAME_PATTERN)]
+    )
     application = models.ForeignKey(Application, on_delete=models.PROTECT, related_name="jobs")
     version = models.ForeignKey(ApplicationVersion, on_delete=models.PROTECT, related_name="jobs")
     branch = models.CharField(max_length=255)
@@ -51,6 +54,11 @@ class Job(models.Model):
     restart_backoff_s = models.PositiveIntegerField(default=10)
     restarts = models.PositiveIntegerField(default=0)
     next_restart_at = models.DateTimeField(null=True, blank=True)
+    # Periodic savepoints (the Flink Kubernetes Operator's periodicSavepointInterval): every
+    # this many seconds the reconciler tags the running job's head `periodic-BRANCH-TIME`,
+    # keeping the newest `savepoint_retention` of them (0: all). 0 seconds: off.
+    savepoint_interval_s = models.PositiveIntegerField(default=0)
+    savepoint_retention = models.PositiveIntegerField(default=5)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -103,6 +111,9 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # When the reconciler asked for this run's job to start again after the run stopped
+    # without the control plane asking (its shutdown, a signal from outside): once per run.
+    restart_requested_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -114,6 +125,19 @@ class Run(models.Model):
     @property
     def live(self) -> bool:
         return self.phase in (RunPhase.PENDING, RunPhase.RUNNING)
+
+
+class Watch(models.Model):
+    """When the control plane last watched the jobs' runs: the reconciler's run watch
+    (`epochal.watch_runs`, every `EPOCHAL_RUN_WATCH_INTERVAL_S`) records each pass here. A
+    job the database calls running is only known to run while this is recent; otherwise the
+    CLI and the dashboard say `unknown (control plane was down)` (`jobs.selectors`)."""
+
+    name = models.CharField(max_length=50, primary_key=True)
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} watched at {self.at.isoformat()}"
 
 
 class JobSummary(models.Model):

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import datetime as dt
+from dataclasses import dataclass
+
+from django.conf import settings
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from controlplane.errors import NotFound
-from controlplane.jobs.models import Job, Run, RunPhase
+from controlplane.jobs.models import Job, JobState, Run, RunPhase, Watch
+
+#: The name of the reconciler's run watch in `Watch`.
+RUN_WATCH = "runs"
+#: What a job the database calls running shows while nothing watches its runs.
+UNKNOWN = "unknown"
+CONTROL_PLANE_DOWN = "control plane was down"
+#: States that are only true while someone watches the run.
+WATCHED_STATES = frozenset({JobState.STARTING, JobState.RUNNING, JobState.STOPPING})
 
 
 def job_not_found(name: str) -> NotFound:
@@ -56,3 +69,43 @@ def job_run_get(job: Job, *, run_id: str) -> Run:
             code="run_not_found",
         )
     return run
+
+
+# -- is anyone watching? ----------------------------------------------------------------------
+
+
+def unwatched_after_s() -> float:
+    """A run nobody has watched for this long has an unknown state."""
+    return float(getattr(settings, "EPOCHAL_UNWATCHED_AFTER_S", 30.0))
+
+
+def runs_watched_at() -> dt.datetime | None:
+    """When the reconciler last checked every live run (None: never)."""
+    return Watch.objects.filter(name=RUN_WATCH).values_list("at", flat=True).first()
+
+
+@dataclass(frozen=True)
+class ShownState:
+    """A job's state as the CLI and the dashboard show it: the recorded one, or `unknown`
+    when the job should be running and nothing has watched its run for a while."""
+
+    state: str
+    reason: str
+    watched_at: dt.datetime | None
+
+    @property
+    def text(self) -> str:
+        return f"{self.state} ({self.reason})" if self.reason else self.state
+
+
+def job_shown_state(
+    job: Job, *, watched_at: dt.datetime | None, now: dt.datetime | None = None
+) -> ShownState:
+    """`job`'s state as far as anyone knows, given when its runs were last watched
+    (`runs_watched_at`, read once for a whole list)."""
+    if job.state in WATCHED_STATES:
+        now = now or timezone.now()
+        stale = dt.timedelta(seconds=unwatched_after_s())
+        if watched_at is None or now - watched_at > stale:
+            return ShownState(UNKNOWN, CONTROL_PLANE_DOWN, watched_at)
+    return ShownState(str(job.state), job.status_reason, watched_at)

@@ -7,18 +7,22 @@ second start of the same run id as the same run.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.applications.stores import store_credentials
 from controlplane.errors import Conflict, InvalidRequest, Unprocessable
-from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase
+from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase, Watch
+from controlplane.jobs.selectors import RUN_WATCH
 from controlplane.jobs.spark_conf import operator_spark_conf
 from runners import entry_points
 from runners.job_spec import JobSpec, JobSpecError, Resources, Toleration, new_run_id
@@ -29,6 +33,12 @@ from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name
 
 log = logging.getLogger(__name__)
+
+#: A run's and its job's reason when the control plane stopped it while shutting down.
+SHUTDOWN_REASON = "stopped by shutdown of the control plane"
+#: The engine's stop reasons that mean a signal stopped it (not a stop request, not the end
+#: of its input): SIGTERM / SIGINT, possibly "SIGTERM: epoch N abandoned before its commit".
+_SIGNAL_REASONS = ("SIGTERM", "SIGINT", "SIGHUP")
 
 _LAUNCHERS: dict[str, Launcher] = {}
 
@@ -266,13 +276,35 @@ def run_refresh(run: Run) -> Run:
         LauncherPhase.SUCCEEDED: RunPhase.SUCCEEDED,
         LauncherPhase.FAILED: RunPhase.FAILED,
     }
-    phase = mapping[status.phase]
-    if phase != run.phase or status.reason != run.reason:
-        run.phase, run.reason = phase, status.reason
+    phase, reason = mapping[status.phase], status.reason
+    if phase == RunPhase.SUCCEEDED:
+        # The engine exits 0 however it stopped; its last words say how.
+        said = engine_stop_reason(run)
+        if said.startswith(_SIGNAL_REASONS):
+            phase = RunPhase.STOPPED
+            reason = f"stopped by {said.split(':')[0]} from outside the control plane"
+        else:
+            reason = said
+    if phase != run.phase or reason != run.reason:
+        run.phase, run.reason = phase, reason
         if status.finished:
             run.finished_at = timezone.now()
         run.save(update_fields=["phase", "reason", "finished_at"])
     return run
+
+
+def engine_stop_reason(run: Run) -> str:
+    """The reason of the engine's last `{"event": "stopped", "reason": …}` line in the run's
+    log ("no new data", "stop requested", "SIGTERM", …; "" when it printed none)."""
+    for line in reversed(run_logs(run, tail_lines=200).splitlines()):
+        if line.startswith("{") and '"stopped"' in line:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict) and event.get("event") == "stopped":
+                return str(event.get("reason") or "")
+    return ""
 
 
 def run_stop(run: Run, *, deadline_s: float) -> Run:
@@ -321,3 +353,74 @@ def job_set_state(job: Job, state: str, *, reason: str = "", **fields: Any) -> N
         state=state, status_reason=reason, updated_at=timezone.now(), **fields
     )
     job.refresh_from_db()
+
+
+# -- the control plane's own watch and shutdown ---------------------------------------------
+
+
+def watch_record(at: dt.datetime | None = None) -> None:
+    """Record that the reconciler has just checked every live run (`selectors.job_shown_state`
+    reads it)."""
+    Watch.objects.update_or_create(name=RUN_WATCH, defaults={"at": at or timezone.now()})
+
+
+def runs_stop_for_shutdown(
+    *, deadline_s: float = 60.0, say: Callable[[str], None] = lambda _line: None
+) -> list[Run]:
+    """The control plane shuts down: stop every live run at its next epoch boundary (forced
+    after `deadline_s`), all at once, and record why. Unlike a stop operation this leaves
+    each job's desired state alone, so the reconciler starts the jobs that should be running
+    again from their heads when the control plane comes back."""
+    runs = list(
+        Run.objects.filter(phase__in=[RunPhase.PENDING, RunPhase.RUNNING]).select_related("job")
+    )
+    errors: dict[str, str] = {}
+
+    def stop(run: Run) -> None:
+        try:
+            run_stop(run, deadline_s=deadline_s)
+            forced = "" if run.reason in ("stopped", "") else f" ({run.reason})"
+            Run.objects.filter(pk=run.pk).update(reason=SHUTDOWN_REASON + forced)
+            Job.objects.filter(pk=run.job_id).update(
+                state=JobState.STOPPED, status_reason=SHUTDOWN_REASON, updated_at=timezone.now()
+            )
+        except Exception as exc:  # the others must still stop
+            errors[run.run_id] = str(exc)
+        finally:
+            connection.close()  # this thread's own connection
+
+    threads = [threading.Thread(target=stop, args=(run,)) for run in runs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for run in runs:
+        run.refresh_from_db()
+        if run.run_id in errors:
+            say(
+                f"  run {run.run_id} of job {run.job.name}: could not stop it: {errors[run.run_id]}"
+            )
+        else:
+            say(f"  run {run.run_id} of job {run.job.name}: {run.reason}")
+    return runs
+
+
+#: The shortest interval of periodic savepoints (each is an operation and a tag).
+MIN_SAVEPOINT_INTERVAL_S = 10
+
+
+def job_set_savepoint_schedule(job: Job, *, interval_s: int, retention: int) -> Job:
+    """Set `job`'s periodic savepoints: every `interval_s` seconds (0: off), keeping the
+    newest `retention` (0: all). The reconciler takes them (operations/schedule.py)."""
+    fields: dict[str, list[str]] = {}
+    if interval_s != 0 and interval_s < MIN_SAVEPOINT_INTERVAL_S:
+        fields["interval_s"] = [f"0 (off) or at least {MIN_SAVEPOINT_INTERVAL_S} seconds"]
+    if retention < 0:
+        fields["retention"] = ["0 (keep all) or more"]
+    if fields:
+        raise InvalidRequest(f"cannot schedule savepoints of {job.name}: {fields}", fields=fields)
+    Job.objects.filter(pk=job.pk).update(
+        savepoint_interval_s=interval_s, savepoint_retention=retention, updated_at=timezone.now()
+    )
+    job.refresh_from_db()
+    return job

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from controlplane.errors import InvalidRequest
+from snapshots_store.patterns import whole_match
 
 _INT: Final = re.compile(r"^[1-9][0-9]{0,6}$")
 _MEMORY: Final = re.compile(r"^([1-9][0-9]{0,6})([mg])$")
@@ -44,10 +45,10 @@ class Bound:
         if not isinstance(value, str):
             return f"must be a string: {self.describe()}"
         if self.kind == "count":
-            if not _INT.match(value) or not self.low <= int(value) <= self.high:
+            if whole_match(_INT, value) is None or not self.low <= int(value) <= self.high:
                 return f"must be {self.describe()}; got {value!r}"
             return ""
-        match = _MEMORY.match(value)
+        match = whole_match(_MEMORY, value)
         mib = 0 if match is None else int(match[1]) * (1024 if match[2] == "g" else 1)
         if match is None or not self.low <= mib <= self.high:
             return f"must be {self.describe()}; got {value!r}"

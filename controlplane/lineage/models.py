@@ -18,10 +18,10 @@ docs/lineage.md.
 
 from __future__ import annotations
 
-from django.core.validators import RegexValidator
 from django.db import models
 
 from controlplane.applications.models import Application
+from controlplane.patterns import WholeRegexValidator
 
 SNAPSHOT_ID_PATTERN = r"^[0-9a-f]{64}$"
 COMMIT_KINDS = ("initial", "epoch", "rescale", "rollback", "fork", "migration", "savepoint")
@@ -50,7 +50,9 @@ class Snapshot(models.Model):
     """One indexed manifest. `snapshot_id` is the store's 64-hex manifest id."""
 
     application = models.ForeignKey(Application, on_delete=models.CASCADE, related_name="+")
-    snapshot_id = models.CharField(max_length=64, validators=[RegexValidator(SNAPSHOT_ID_PATTERN)])
+    snapshot_id = models.CharField(
+        max_length=64, validators=[WholeRegexValidator(SNAPSHOT_ID_PATTERN)]
+    )
     branch = models.CharField(max_length=255)
     epoch = models.PositiveBigIntegerField()
     kind = models.CharField(max_length=16, choices=[(k, k) for k in COMMIT_KINDS])

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from jsonschema import Draft4Validator
 from jsonschema.exceptions import ValidationError
 
 from controlplane.applications.models import JOB_NAME_PATTERN, MAX_PARALLELISM_LIMIT, NAME_PATTERN
@@ -20,6 +19,7 @@ from controlplane.jobs.spark_conf import OPERATOR_SPARK_CONF, spark_conf_schema
 from controlplane.operations.kinds.align import COMMANDS
 from controlplane.operations.kinds.common import MAX_WAIT_S
 from controlplane.operations.kinds.rescale import MODES as RESCALE_MODES
+from controlplane.patterns import SchemaValidator
 from controlplane.refnames import REF_PATTERN, REVISION_PATTERN
 
 _REF: Final = {"type": "string", "pattern": REF_PATTERN}
@@ -164,7 +164,7 @@ PARAMS: Final[Mapping[str, dict[str, Any]]] = {
     ),
 }
 
-_VALIDATORS: Final = {kind: Draft4Validator(schema) for kind, schema in PARAMS.items()}
+_VALIDATORS: Final = {kind: SchemaValidator(schema) for kind, schema in PARAMS.items()}
 
 
 def _fields(error: ValidationError) -> dict[str, list[str]]:
@@ -220,7 +220,7 @@ def check_params(kind: str, params: Any) -> None:
         variants = PARAMS["migrate"]["oneOf"]
         chosen = [v for v in variants if params.get("mode") in v["properties"]["mode"]["enum"]]
         if chosen:
-            found = list(Draft4Validator(chosen[0]).iter_errors(params))
+            found = list(SchemaValidator(chosen[0]).iter_errors(params))
         else:
             modes = [v["properties"]["mode"]["enum"][0] for v in variants]
             errors["mode"] = [f"one of {modes}; got {params.get('mode')!r}"]

@@ -8,6 +8,8 @@
   gives the job its whole restart budget back (a crash a month is not a crash loop).
   `watch_runs` does only this part, on its own short beat (`EPOCHAL_RUN_WATCH_INTERVAL_S`,
   1 s), so a dead driver is noticed within about a second;
+* periodic savepoints: request the due ones, prune the oldest beyond retention
+  (`controlplane.operations.schedule`);
 * lineage: index commits the index has not seen yet (jobs commit without asking us);
 * retention (hourly, `collect_garbage_all`): gc every application's store and clean up the
   leftovers of runs that ended long ago.
@@ -24,10 +26,11 @@ from django.utils import timezone
 
 from controlplane.applications.models import Application
 from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase
-from controlplane.jobs.services import job_set_state, launcher_for, run_refresh
+from controlplane.jobs.services import job_set_state, launcher_for, run_refresh, watch_record
 from controlplane.jobs.store import application_repository
 from controlplane.operations.executor import QUEUED
 from controlplane.operations.models import ACTIVE_STATES, Operation
+from controlplane.operations.schedule import prune_periodic_savepoints, request_due_savepoints
 from controlplane.operations.services import operation_enqueue, operation_request
 from runners.launcher import RunHandle
 from snapshots_store import collect_garbage
@@ -102,6 +105,7 @@ def reconcile_jobs() -> tuple[int, int]:
         except Exception:
             log.warning("status of run %s unavailable", run.run_id, exc_info=True)
     now = timezone.now()
+    watch_record(now)
     _forgive_restarts(now)
     for job in Job.objects.filter(desired_state=DesiredState.RUNNING).select_related("application"):
         if Operation.objects.filter(job=job, state__in=ACTIVE_STATES).exists():
@@ -115,9 +119,12 @@ def reconcile_jobs() -> tuple[int, int]:
             job_set_state(
                 job,
                 JobState.STOPPED,
-                reason="the run ended: no more input",
+                reason=f"the run ended: {last.reason or 'the job returned'}",
                 desired_state=DesiredState.STOPPED,
             )
+            continue
+        if last.phase == RunPhase.STOPPED:
+            restarts += _start_again(job, last, now)
             continue
         if last.phase != RunPhase.FAILED:
             continue
@@ -168,6 +175,35 @@ def reconcile_jobs() -> tuple[int, int]:
     return checked, restarts
 
 
+def _start_again(job: Job, last: Run, now: dt.datetime) -> int:
+    """`job` should run, but its last run was stopped without the control plane asking for
+    it (the control plane's own shutdown, a signal from outside): start it again from its
+    head at once — not a failure, so no back-off and no restart counted. Claimed on the run,
+    so it is asked for once however many reconcilers run. 1 when requested."""
+    claimed = Run.objects.filter(pk=last.pk, restart_requested_at__isnull=True).update(
+        restart_requested_at=now
+    )
+    if not claimed:
+        return 0
+    # what is true until the start operation launches a run (it refuses a "running" job)
+    job_set_state(job, JobState.STOPPED, reason=last.reason or "stopped")
+    try:
+        operation_request(
+            kind="start",
+            application=job.application,
+            job=job,
+            params={},
+            via="reconciler",
+            reason=f"run {last.run_id} was {last.reason or 'stopped'}; the job should be "
+            "running: starting it again from its head",
+        )
+    except Exception as exc:
+        log.warning("start of job %s after %s not requested: %s", job.name, last.reason, exc)
+        Run.objects.filter(pk=last.pk).update(restart_requested_at=None)
+        return 0
+    return 1
+
+
 def reindex_all() -> int:
     """Index new commits of every application; the number of snapshots added."""
     from controlplane.lineage.services import reindex_application
@@ -193,11 +229,15 @@ def watch_runs() -> dict[str, int]:
 def reconcile_all() -> dict[str, int]:
     dispatched = reconcile_operations()
     checked, restarts = reconcile_jobs()
+    savepoints = request_due_savepoints(timezone.now())
+    pruned = prune_periodic_savepoints()
     indexed = reindex_all()
     return {
         "operations_dispatched": dispatched,
         "runs_checked": checked,
         "restarts_requested": restarts,
+        "savepoints_requested": savepoints,
+        "savepoints_pruned": pruned,
         "snapshots_indexed": indexed,
     }
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.changes.keys import operation_key
@@ -70,10 +71,18 @@ def operation_list(
     application: str | None = None,
     kind: str | None = None,
     state: str | None = None,
+    requester: str | None = None,
+    before: datetime | None = None,
 ) -> QuerySet[Operation]:
+    """Operations, newest first. `requester`: a username, or a way of asking (`cli`, `web`,
+    `api`, `reconciler`, `autoscaler`) for the requests that came that way."""
     ops = Operation.objects.select_related("application", "job", "requested_by").order_by(
         "-created_at"
     )
+    if before is not None:
+        ops = ops.filter(created_at__lt=before)
+    if requester:
+        ops = ops.filter(Q(requested_by__username=requester) | Q(requested_via=requester))
     if job:
         ops = ops.filter(job__name=job)
     if application:

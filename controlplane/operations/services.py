@@ -217,6 +217,7 @@ def operation_request(
         action=f"operation.{kind}",
         outcome="requested",
         detail={"params": cleaned, "via": via},
+        source=via,  # the request came this way; the worker only executes it
     )
     return Requested(operation, created=True)
 

@@ -347,7 +347,7 @@ class RabbitMQStreamSource:
             )
         return got
 
-    def read(self, split: Split) -> SplitData:
+    def read(self, split: Split, required: Sequence[str] = ()) -> SplitData:
         if split.end <= split.start:
             messages: list[tuple[int, bytes]] = []
         else:
@@ -362,7 +362,7 @@ class RabbitMQStreamSource:
                 reason = f"not an AMQP 1.0 message ({exc})"
                 broken.append(DeadLetter(split.source, split.partition, offset, reason, raw))
         data = decode_json_records(
-            records, self.schema, self.required, split.source, split.partition
+            records, self.schema, (*self.required, *required), split.source, split.partition
         )
         data.dead_letters.extend(broken)
         return data

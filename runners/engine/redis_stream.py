@@ -284,7 +284,7 @@ class RedisStreamSource:
             ranges.append((start, end, count))
         return ranges
 
-    def read(self, split: Split) -> SplitData:
+    def read(self, split: Split, required: Sequence[str] = ()) -> SplitData:
         expected = int(json.loads(split.locator)["count"]) if split.locator else None
         r = _client(self.url)
         records: list[tuple[int, bytes]] = []
@@ -314,7 +314,7 @@ class RedisStreamSource:
                 "epoch ran"
             )
         data = decode_json_records(
-            records, self.schema, self.required, split.source, split.partition
+            records, self.schema, (*self.required, *required), split.source, split.partition
         )
         for offset, raw in dead_missing:
             data.dead_letters.append(

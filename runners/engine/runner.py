@@ -307,6 +307,19 @@ class EpochRunner:
                 "key": list(self.job.key_columns),
                 "routing": route,
                 "control": _applied(control, p),
+                # what each task did: Flink's per-subtask busy time and records, for the
+                # epoch view (skew, a task busier than the others)
+                "tasks": [
+                    {
+                        "task": r.task,
+                        "records_in": r.records_in,
+                        "output_rows": r.output_rows,
+                        "busy_s": round(r.busy_s, 6),
+                        "bytes_written": r.bytes_written,
+                        "key_groups_written": len(r.key_groups),
+                    }
+                    for r in sorted(results, key=lambda r: r.task)
+                ],
                 **_inputs(source, committed, splits),
                 **({} if gate.record is None else {SWAP: gate.record}),
                 **({} if executors is None else {"executors": executors}),

@@ -5,6 +5,7 @@ re-run of an epoch writes byte-identical objects.
 
 from __future__ import annotations
 
+import inspect
 import json
 import pickle
 import time
@@ -23,7 +24,7 @@ from runners.engine.exchange import MapShare
 from runners.engine.hashing import key_groups, owners
 from runners.engine.job import Job
 from runners.engine.routing import Piece
-from runners.engine.sources import DeadLetter, Split
+from runners.engine.sources import DeadLetter, Split, SplitData
 from runners.engine.state import EpochContext, KeyedState, epoch_seed
 from snapshots_store import Repository
 from snapshots_store.packs import PACK_BYTES
@@ -101,6 +102,15 @@ class ReduceResult:
 
 
 # -- map ---------------------------------------------------------------------------------
+
+
+def read_split(source: Any, split: Split, key_columns: Sequence[str]) -> SplitData:
+    """Read `split`; a source that decodes records itself (JSON lines, streams) rejects a
+    record without its key as it reads it, so the dead letter keeps the record's own bytes
+    (`_valid_rows` below only sees the decoded row)."""
+    if "required" in inspect.signature(source.read).parameters:
+        return source.read(split, required=tuple(key_columns))  # type: ignore[no-any-return]
+    return source.read(split)  # type: ignore[no-any-return]
 
 
 def _valid_rows(
@@ -194,7 +204,7 @@ def map_split(
     (`partial`, the shuffle routing) or the rows themselves (the split routing)."""
     started = time.perf_counter()
     job = plan.job
-    data = job.source.read(split)
+    data = read_split(job.source, split, job.key_columns)
     table, dead = _valid_rows(data.table, job.key_columns, split)
     dead = data.dead_letters + dead
     records_in = data.table.num_rows + len(data.dead_letters)
@@ -647,7 +657,7 @@ def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterat
     records_in = 0
     dead: list[DeadLetter] = []
     for index, split in enumerate(splits):
-        data = job.source.read(split)
+        data = read_split(job.source, split, job.key_columns)
         table, bad = _valid_rows(data.table, job.key_columns, split)
         if index % plan.parallelism == task:
             records_in += data.table.num_rows + len(data.dead_letters)

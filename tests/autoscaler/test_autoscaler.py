@@ -163,6 +163,10 @@ def test_rest_policy_is_strict_and_decisions_are_visible(
         ({"target_utilisation": 1.5}, "target_utilisation"),
         ({"min_parallelism": 4, "max_parallelism": 3}, "max_parallelism"),
         ({"scale_up": 1}, "scale_up"),
+        ({"min_dwell_s": "10"}, "min_dwell_s"),
+        ({"min_dwell_s": -1}, "min_dwell_s"),
+        ({"utilisation_max": 0.5}, "utilisation_max"),  # below the target
+        ({"utilisation_min": 0.7}, "utilisation_min"),  # not below the target
     ]
     for body, field in bad:
         response = api("operator").patch(URL, body)
@@ -171,9 +175,15 @@ def test_rest_policy_is_strict_and_decisions_are_visible(
     assert api("operator").patch(URL, [1, 2]).status_code == 400
     assert api("viewer").patch(URL, {"mode": "apply"}).status_code == 403
     assert api("viewer").get(URL).json()["policy"]["mode"] == "off"
-    ok = api("operator").patch(URL, {"mode": "recommend", "target_utilisation": 0.6})
+    ok = api("operator").patch(
+        URL,
+        {"mode": "recommend", "target_utilisation": 0.6, "utilisation_min": 0.3, "min_dwell_s": 30},
+    )
     assert ok.status_code == 200, ok.content
-    assert ok.json()["policy"]["target_utilisation"] == 0.6
+    policy = ok.json()["policy"]
+    assert policy["target_utilisation"] == 0.6
+    assert (policy["utilisation_min"], policy["utilisation_max"]) == (0.3, 0.9)
+    assert policy["min_dwell_s"] == 30.0
     commit(job, STEADY + STEP)
     evaluate(job)
     body = api("viewer").get(URL + "?limit=5").json()
@@ -213,3 +223,17 @@ def test_job_page_shows_the_recommendation_and_why(job: Job) -> None:
     assert evaluate(job) is not None
     again = client.get("/jobs/clicks-main/live/", HTTP_IF_NONE_MATCH=live["ETag"])
     assert again.status_code == 200 and again["ETag"] != live["ETag"]
+
+
+def test_the_dwell_time_reaches_back_past_the_decision_window(job: Job) -> None:
+    # a change to p=4, then 20 quiet epochs (2 s apart): more than one decision reads
+    # (sample_limit: 13 commits), so the change is found only by reading back for the dwell
+    commit(job, STEADY)
+    commit(job, [(500, 0.25, 0)] * 20, p=4)  # utilisation 0.03: wants fewer tasks
+    policy_set(job=job, changes={"mode": "recommend", "min_dwell_s": 100})
+    held = evaluate(job)
+    assert held is not None and held.action == "hold", held.reason if held else None
+    assert "min_dwell_s" in held.reason and held.recommended_parallelism < 4
+    policy_set(job=job, changes={"min_dwell_s": 30})
+    free = evaluate(job, force=True)
+    assert free is not None and free.action == "scale_down", free.reason

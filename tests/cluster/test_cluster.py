@@ -18,11 +18,11 @@ import pandas as pd
 import pytest
 
 from runners.engine import EpochRunner, read_output
-from runners.engine.chunks import encode_table, load_key_group
+from runners.engine.chunks import encode_table
 from runners.local_cluster import LocalCluster
 from snapshots_store import Repository
 from tests.cluster.conftest import CLUSTER_SUBMIT_ARGS
-from tests.engine.crash_harness import Run, head_epoch, run_job
+from tests.engine.crash_harness import Run, branch_state, head_epoch, run_job
 from tests.engine.jobs import crash_job, write_epochs
 
 pytestmark = pytest.mark.spark
@@ -49,15 +49,6 @@ def reference(spark: Any, cluster_data: str, tmp_path_factory: pytest.TempPathFa
     return repo
 
 
-def _state(repo: Repository) -> pd.DataFrame:
-    manifest = repo.read_manifest(repo.resolve("main"))
-    frames = [
-        load_key_group(repo, chain, ("key",), use_cache=False).table.to_pandas()
-        for chain in manifest.key_groups.values()
-    ]
-    return pd.concat(frames).sort_values("key").reset_index(drop=True)
-
-
 def assert_same_as_reference(store: str, reference: Repository) -> list[Any]:
     """Output (byte for byte) and state equal the reference; every epoch once. Returns the
     branch's first-parent manifests, oldest first."""
@@ -65,7 +56,7 @@ def assert_same_as_reference(store: str, reference: Repository) -> list[Any]:
     assert head_epoch(store, "crash") == EPOCHS
     ours, theirs = read_output(repo, "main"), read_output(reference, "main")
     assert encode_table(ours) == encode_table(theirs)
-    pd.testing.assert_frame_equal(_state(repo), _state(reference))
+    pd.testing.assert_frame_equal(branch_state(repo), branch_state(reference))
     chain = [m for _, m in repo.log("heads/main", first_parent=True)][::-1]
     assert [m.epoch for m in chain] == list(range(1, EPOCHS + 1))
     assert sum(int(m.stats["records_in"]) for m in chain) == EPOCHS * RECORDS
@@ -228,13 +219,11 @@ def test_live_rescale_adds_and_removes_executors_and_restores_moved_key_groups(
     def rescale_to(p: int) -> Any:
         return lambda: _set_parallelism(s3_store, p)
 
-    run = run_job(
-        store=s3_store,
-        namespace="crash",
-        data=cluster_data,
-        master=spark_cluster.master_url,
-        submit_args=CLUSTER_SUBMIT_ARGS,
-        extra_env=driver_cache,
+    run = _run(
+        s3_store,
+        cluster_data,
+        spark_cluster,
+        driver_cache,
         slow_s=0.3,
         after_epoch_start=(2, 0.1, rescale_to(3)),  # applies from epoch 3
         after_second_epoch_start=(4, 0.1, rescale_to(1)),  # applies from epoch 5

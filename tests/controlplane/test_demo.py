@@ -42,7 +42,7 @@ def test_demo_commits_epochs_indexes_them_and_resumes_from_the_head(tmp_path: Pa
     assert "start succeeded" in first.stdout, first.stdout
     assert "the job has consumed all 1000 input records" in first.stdout
     assert "(2 indexed)" in first.stdout
-    assert "worker stopped" in first.stdout
+    assert "workers stopped" in first.stdout
 
     second = _demo(tmp_path, "--input-batches", "1", "--records", "500")
     assert "epoch    3" in second.stdout  # resumed from the head, not from scratch
@@ -95,7 +95,7 @@ def test_demo_runs_the_job_from_a_rabbitmq_stream(
         delete_stream(rabbitmq_stream_url, stream)
     assert f"input:  RabbitMQ stream {stream}" in done.stdout, done.stdout
     assert "the job has consumed all 800 input records" in done.stdout, done.stdout
-    assert "worker stopped" in done.stdout
+    assert "workers stopped" in done.stdout
 
 
 @pytest.mark.slow  # a second full demo (worker, job process) costs over a minute of CI
@@ -117,7 +117,7 @@ def test_demo_runs_the_job_from_a_kafka_topic(
         delete_topics(kafka_bootstrap, [topic])
     assert f"input:  Kafka topic {topic} at {kafka_bootstrap}" in done.stdout, done.stdout
     assert "the job has consumed all 800 input records" in done.stdout, done.stdout
-    assert "worker stopped" in done.stdout
+    assert "workers stopped" in done.stdout
 
 
 def test_demo_on_kafka_says_how_to_start_a_broker(tmp_path: Path) -> None:

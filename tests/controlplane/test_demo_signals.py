@@ -66,7 +66,7 @@ def run_and_signal(var_dir: Path, signum: signal.Signals, batches: str) -> Demo:
         demo.kill_everything()
     assert f"{signum.name} received: stopping" in demo.output, demo.output
     assert "stopped 1 run(s) at an epoch boundary" in demo.output, demo.output
-    assert "worker stopped" in demo.output
+    assert "workers stopped" in demo.output
     stopped_at_an_epoch_boundary(var_dir)
     return demo
 

@@ -18,6 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
+
+from runners.engine.chunks import load_key_group
 from snapshots_store import Repository
 from tests.conftest import FAST_START_SUBMIT_ARGS, SUBPROCESS_PYTHONPATH
 from tests.engine.jobs import DATA_ENV, SLOW_ENV
@@ -58,6 +61,16 @@ class Run:
             return None
         epoch = self.base_epoch + self.started_epochs
         return epoch if self.head_epoch == epoch - 1 else None
+
+
+def branch_state(repo: Repository, branch: str = "main") -> pd.DataFrame:
+    """Every key's state at the branch head, read from the store (no cache), sorted by key."""
+    manifest = repo.read_manifest(repo.resolve(branch))
+    frames = [
+        load_key_group(repo, chain, ("key",), use_cache=False).table.to_pandas()
+        for chain in manifest.key_groups.values()
+    ]
+    return pd.concat(frames).sort_values("key").reset_index(drop=True)
 
 
 def head_epoch(store: str, namespace: str) -> int:

@@ -14,10 +14,9 @@ import pandas as pd
 import pytest
 
 from runners.engine import EpochRunner, read_output
-from runners.engine.chunks import load_key_group
 from runners.engine.crash import POINTS
 from snapshots_store import Repository
-from tests.engine.crash_harness import head_epoch, random_kills, run_job
+from tests.engine.crash_harness import branch_state, head_epoch, random_kills, run_job
 from tests.engine.jobs import crash_job, write_epochs
 
 pytestmark = pytest.mark.spark
@@ -26,15 +25,6 @@ EPOCHS, RECORDS = 9, 1500
 SPLITS_PER_EPOCH = 3  # 1500 records in splits of 700 rows
 SLOW_S = 0.3  # extra seconds per split read in the runs killed at random moments
 FINAL_EPOCHS = 2  # epochs left for the restart at parallelism 3 after every kill
-
-
-def _state(repo: Repository) -> pd.DataFrame:
-    manifest = repo.read_manifest(repo.resolve("main"))
-    frames = [
-        load_key_group(repo, chain, ("key",), use_cache=False).table.to_pandas()
-        for chain in manifest.key_groups.values()
-    ]
-    return pd.concat(frames).sort_values("key").reset_index(drop=True)
 
 
 def _frame(repo: Repository) -> pd.DataFrame:
@@ -65,7 +55,7 @@ def _head_epoch(repo: Repository) -> int:
 def _assert_same_as_reference(repo: Repository, reference: Repository) -> None:
     assert _head_epoch(repo) == EPOCHS
     pd.testing.assert_frame_equal(_frame(repo), _frame(reference))
-    pd.testing.assert_frame_equal(_state(repo), _state(reference))
+    pd.testing.assert_frame_equal(branch_state(repo), branch_state(reference))
     chain = [m for _, m in repo.log("heads/main", first_parent=True)]
     assert sum(int(m.stats["records_in"]) for m in chain) == EPOCHS * RECORDS  # none lost/twice
     assert sorted(m.epoch for m in chain) == list(range(1, EPOCHS + 1))

@@ -58,6 +58,13 @@ def test_aggregate_output_equals_running_aggregates_per_changed_key(
     assert head.epoch == 6 and head.parallelism == 2 and head.max_parallelism == 128
     assert head.offsets["files"] == {f"part-{i:05d}.parquet": 2000 for i in range(6)}
     assert head.stats["records_in"] == 2000 and head.stats["dead_letters"] == 0
+    # what each task did, for the epoch view: they add up to the epoch's totals
+    tasks = head.extra["tasks"]
+    assert [t["task"] for t in tasks] == [0, 1]
+    assert sum(t["records_in"] for t in tasks) == head.stats["records_in"]
+    assert sum(t["output_rows"] for t in tasks) == head.stats["output_rows"]
+    assert sum(t["bytes_written"] for t in tasks) == head.stats["bytes_written"]
+    assert round(sum(t["busy_s"] for t in tasks), 3) == round(head.stats["busy_s"], 3)
 
 
 def test_second_run_finds_no_new_data(spark: Any, fixed_run: Repository, epochs_dir: str) -> None:
@@ -212,8 +219,13 @@ def test_dead_letters_are_kept_with_reasons_and_the_epoch_commits(
     reasons = sorted(d["reason"] for d in dead)
     assert len(reasons) == 4
     assert any("Expecting" in r or "JSON" in r for r in reasons)
-    assert "missing key" in reasons
+    assert any("missing field 'user'" in r for r in reasons)  # the key
     assert any("field 'value'" in r for r in reasons)
+    # each dead letter keeps its line as it was in the file, not a row decoded from it
+    lines = (tmp_path / "json" / "a.jsonl").read_text().splitlines()
+    assert sorted(d["raw"] for d in dead) == sorted(lines[1:4] + lines[5:6])
+    [no_key] = [d for d in dead if "'user'" in d["reason"]]
+    assert no_key["raw"] == lines[2] == '{"value": 3}'
     assert any("JSON object" in r for r in reasons)
     manifest = repo.read_manifest(result.snapshot_id)
     assert manifest.stats["dead_letters"] == 4

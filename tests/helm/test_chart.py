@@ -68,6 +68,7 @@ def test_default_render_is_valid_kubernetes(helm: Helm) -> None:
     assert kinds == [
         "ConfigMap/epochal-settings",
         "Deployment/epochal-beat",
+        "Deployment/epochal-control",
         "Deployment/epochal-web",
         "Deployment/epochal-worker",
         "Job/epochal-migrate",
@@ -181,13 +182,12 @@ def test_processes_probes_and_migration_hook(helm: Helm) -> None:
     # the security and API tests' real servers run this command (but for the address and
     # the access log)
     tested = set(web_command(8000, workers=2, threads=32)[3:])
-    assert {a.partition("=")[0] for a in tested ^ set(args[1:])} == {
-        "--host",
-        "--backpressure",
-        "--access-log",
-    }
+    assert {a.partition("=")[0] for a in tested ^ set(args[1:])} == {"--host", "--access-log"}
+    # slow clients: headers within 10 s (bodies: EPOCHAL_BODY_SLOTS, docs/security.md)
+    assert "--http1-header-read-timeout=10000" in args
     env = {e["name"]: e["value"] for e in web["env"]}
     assert env["EPOCHAL_WATCH_SLOTS"] == "24"  # of the 32 threads: 8 left for other requests
+    assert env["EPOCHAL_BODY_SLOTS"] == "4"  # of those 8, at most 4 read request bodies
     assert web["readinessProbe"]["httpGet"] == {
         "path": "/healthz",
         "port": "http",
@@ -200,6 +200,12 @@ def test_processes_probes_and_migration_hook(helm: Helm) -> None:
     }
     worker = container(deployments["epochal-worker"])
     assert worker["args"][:3] == ["celery", "--app=controlplane", "worker"]
+    # operations and the control loop on workers of their own: the reconciler and lineage
+    # indexing never wait behind an operation
+    assert "--queues=operations" in worker["args"]
+    control = container(deployments["epochal-control"])
+    assert control["args"][:3] == ["celery", "--app=controlplane", "worker"]
+    assert "--queues=control" in control["args"]
     assert deployments["epochal-worker"]["spec"]["template"]["spec"]["serviceAccountName"] == (
         "epochal"
     )
@@ -224,7 +230,13 @@ def test_notes_tell_how_to_log_in(helm: Helm) -> None:
     ).stdout
     notes = out[out.index("NOTES:") :]
     assert "python manage.py createsuperuser" in notes
-    assert "port-forward service/epochal 8000:80" in notes
+    # https by default: plain http over port-forward would be redirected
+    assert "--set https=false" in notes
+    out = helm.run(
+        "install", "epochal", str(CHART), "--namespace", "epochal", "--dry-run=client",
+        "--set", "https=false",
+    ).stdout  # fmt: skip
+    assert "port-forward service/epochal 8000:80" in out[out.index("NOTES:") :]
 
 
 @pytest.mark.parametrize(

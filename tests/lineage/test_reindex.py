@@ -260,10 +260,32 @@ def test_manage_py_reindex_prints_progress_and_summary(
     )
     summary = out.getvalue()
     assert f"cli-app: {len(lineage.order)} new snapshots" in summary
-    assert "done" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    # not a terminal: whole lines, no carriage returns, the bar at its quarters
+    assert "\r" not in err
+    n = len(lineage.order)
+    assert f"cli-app: indexing [{'#' * 30}] 100% {n}/{n} snapshots" in err.splitlines()
+    assert f"cli-app: indexed {n} of {n} new snapshots" in err
     out = io.StringIO()
     call_command("reindex", "--store", f"file://{tmp_path}", stdout=out)
     assert "cli-app: 0 new snapshots" in out.getvalue()
+
+
+def test_the_reindex_progress_bar_redraws_one_line_on_a_terminal() -> None:
+    from controlplane.lineage.management.commands.reindex import ProgressBar
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    bar = ProgressBar("app", out)
+    bar(ReindexProgress("walk", 2, 40, 0))
+    bar(ReindexProgress("index", 2, 40, 10))
+    bar(ReindexProgress("done", 2, 40, 40))
+    screen = out.getvalue()
+    assert screen.count("\n") == 1 and screen.endswith("\n")
+    assert "\r\033[Kapp: indexing [########----------------------]  25% 10/40 snapshots" in screen
 
 
 def test_manage_py_reindex_names_an_unknown_application(tmp_path: Path, db: None) -> None:

@@ -101,3 +101,33 @@ def test_a_run_that_stays_up_gives_the_restart_budget_back(job: Job) -> None:
     assert reconcile_jobs() == (0, 1)
     job.refresh_from_db()
     assert job.restarts == 1 and job.next_restart_at is None
+
+
+def test_a_run_stopped_without_the_control_plane_asking_starts_again_at_once(job: Job) -> None:
+    """The control plane's own shutdown (or a signal from outside) stopped the run while the
+    job should run: the reconciler starts it again from the head — once, at once, without
+    spending the restart budget — and says why."""
+    from controlplane.jobs.services import SHUTDOWN_REASON
+
+    Operation.objects.filter(job=job).update(state="succeeded")
+    Job.objects.filter(pk=job.pk).update(state="stopped", status_reason=SHUTDOWN_REASON)
+    a_run(job, "shut", phase=RunPhase.STOPPED, reason=SHUTDOWN_REASON, finished_at=timezone.now())
+    assert watch_runs() == {"runs_checked": 0, "restarts_requested": 1}
+    [start] = restarts_requested(job)
+    assert f"run shut was {SHUTDOWN_REASON}" in start.reason
+    job.refresh_from_db()
+    assert job.restarts == 0 and job.desired_state == "running"
+
+    start.state = "failed"  # however the start ends, it is asked for once per stopped run
+    start.save(update_fields=["state"])
+    assert watch_runs()["restarts_requested"] == 0
+    assert len(restarts_requested(job)) == 1
+
+
+def test_a_run_that_ended_says_why_in_the_jobs_reason(job: Job) -> None:
+    Operation.objects.filter(job=job).update(state="succeeded")
+    a_run(job, "done", phase=RunPhase.SUCCEEDED, reason="max epochs 3", finished_at=timezone.now())
+    reconcile_jobs()
+    job.refresh_from_db()
+    assert job.state == "stopped" and job.desired_state == "stopped"
+    assert job.status_reason == "the run ended: max epochs 3"

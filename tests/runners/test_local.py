@@ -319,10 +319,13 @@ def test_a_warm_standby_takes_over_a_killed_run(make_spec, store_url, tmp_path) 
 
 
 def test_a_standby_serves_only_the_same_spec(make_spec) -> None:  # type: ignore[no-untyped-def]
+    def key(spec, python: str = "/usr/bin/python3", env: dict | None = None) -> str:  # type: ignore[no-untyped-def,type-arg]
+        return standby_key(spec, python=python, env={"A": "1"} if env is None else env)
+
     spec = make_spec(job="endless-job", resources=Resources(standby=True))
     again = make_spec(job="endless-job", resources=Resources(standby=True))
     assert spec.run_id != again.run_id
-    assert standby_key(spec) == standby_key(again)
+    assert key(spec) == key(again)
     for other in (
         make_spec(job="endless-job", resources=Resources(standby=True), parallelism=3),
         make_spec(job="endless-job", resources=Resources(standby=True, driver_memory_mb=2048)),
@@ -330,7 +333,11 @@ def test_a_standby_serves_only_the_same_spec(make_spec) -> None:  # type: ignore
             job="endless-job", resources=Resources(standby=True), spark_conf={"spark.a": "b"}
         ),
     ):
-        assert standby_key(other) != standby_key(spec)
+        assert key(other) != key(spec)
+
+
+def _key(spec) -> str:  # type: ignore[no-untyped-def]
+    return standby_key(spec, python="python", env={})
 
 
 def _fake_standby(root: Path, spec, *, alive: bool = True) -> tuple[Path, int]:  # type: ignore[no-untyped-def]
@@ -339,13 +346,14 @@ def _fake_standby(root: Path, spec, *, alive: bool = True) -> tuple[Path, int]: 
 
     from runners.processes import process_start_time, write_json
 
-    directory = root / ".standby" / f"{standby_key(spec)}-{os.urandom(4).hex()}"
+    key = _key(spec)
+    directory = root / ".standby" / f"{key}-{os.urandom(4).hex()}"
     directory.mkdir(parents=True)
     child = subprocess.Popen(["sleep", "60" if alive else "0"], start_new_session=True)
     if not alive:
         child.wait()
     write_json(directory / "pid", {"pid": child.pid, "start_time": process_start_time(child.pid)})
-    info = {"key": standby_key(spec), "application": spec.application, "branch": spec.branch}
+    info = {"key": key, "application": spec.application, "branch": spec.branch}
     write_json(directory / "standby.json", info)
     return directory, child.pid
 
@@ -363,10 +371,13 @@ def test_discard_kills_the_job_s_standbys_for_other_specs_and_prunes_dead_ones( 
     foreign, foreign_pid = _fake_standby(runs, other_job)
     dead, _ = _fake_standby(runs, other_job, alive=False)
     try:
-        assert standbys.ready(at_p2) is None  # alive, but not warm (no ready.json)
-        (kept / "ready.json").write_text("{}")
-        assert standbys.ready(at_p2) == kept and standbys.ready(at_p3) is None
-        assert standbys.discard(at_p2.application, "main", keep=at_p2) == 1
+        assert standbys.ready(_key(at_p2), "c0de") is None  # alive, not warm (no ready.json)
+        (kept / "ready.json").write_text('{"code": "c0de"}')
+        assert standbys.ready(_key(at_p2), "c0de") == kept
+        assert standbys.ready(_key(at_p3), "c0de") is None
+        # warm, but for code that has changed on disk since it started
+        assert standbys.ready(_key(at_p2), "c0de-after-a-deploy") is None
+        assert standbys.discard(at_p2.application, "main", keep_key=_key(at_p2)) == 1
         assert kept.exists() and not group_alive(stale_pid) and not stale.exists()
         assert foreign.exists() and group_alive(foreign_pid)  # another job's standby stays
         assert not dead.exists()  # a dead standby of any job is pruned

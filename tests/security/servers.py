@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -59,6 +60,11 @@ SERVER = "granian"
 (docker/Dockerfile); `bench.api --server` can also run gunicorn, for comparison."""
 
 
+HEADER_READ_TIMEOUT_MS = 10_000
+"""The chart's `web.headerReadTimeoutMs`: a connection whose request headers take longer is
+dropped (granian reads headers in Rust, on no Python thread)."""
+
+
 def web_command(port: int, *, workers: int = 1, threads: int = 8) -> list[str]:
     """The chart's web command on a loopback port: `workers` processes, each running the
     application on up to `threads` Python threads; a worker that dies is started again,
@@ -73,43 +79,48 @@ def web_command(port: int, *, workers: int = 1, threads: int = 8) -> list[str]:
         f"--port={port}",
         f"--workers={workers}",
         f"--blocking-threads={threads}",
+        "--backpressure=512",
+        f"--http1-header-read-timeout={HEADER_READ_TIMEOUT_MS}",
         "--respawn-failed-workers",
         "--no-ws",
     ]
 
 
 @contextmanager
-def web_server(env: Mapping[str, str], *, workers: int = 1) -> Iterator[str]:
-    """`web_command` serving with `env`; yields its base URL."""
+def web_server(env: Mapping[str, str], *, workers: int = 1, threads: int = 8) -> Iterator[str]:
+    """`web_command` serving with `env`; yields its base URL. The server's output goes to a
+    file (a pipe nobody reads would fill and stop it)."""
     port = free_port()
-    process = subprocess.Popen(
-        web_command(port, workers=workers),
-        cwd=PROJECT_ROOT,
-        env=dict(env),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                raise AssertionError(f"{SERVER} exited:\n{process.stdout.read()}")  # type: ignore[union-attr]
-            try:
-                # Django loads in each worker before it serves: slow on a busy machine.
-                requests.get(f"{url}/healthz", timeout=30, allow_redirects=False)
-                break
-            except (requests.ConnectionError, requests.Timeout):
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
+    with tempfile.TemporaryFile(mode="w+") as output:
+        process = subprocess.Popen(
+            web_command(port, workers=workers, threads=threads),
+            cwd=PROJECT_ROOT,
+            env=dict(env),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
         try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            deadline = time.monotonic() + 120
+            while True:
+                if process.poll() is not None:
+                    output.seek(0)
+                    raise AssertionError(f"{SERVER} exited:\n{output.read()}")
+                try:
+                    # Django loads in each worker before it serves: slow on a busy machine.
+                    requests.get(f"{url}/healthz", timeout=30, allow_redirects=False)
+                    break
+                except (requests.ConnectionError, requests.Timeout):
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+            yield url
+        finally:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()

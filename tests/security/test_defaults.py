@@ -101,10 +101,10 @@ def test_a_tls_deployment_gets_secure_cookies_hsts_and_the_https_redirect(tmp_pa
         assert "Strict-Transport-Security" not in page.headers
 
 
-def _chart_production_env(tmp_path: Path) -> dict[str, str]:
-    """The web Pod's environment under the production values: the rendered ConfigMap, plus
-    the keys the chart's own settings Secret carries (production names an existing Secret
-    that must hold the same keys), with a generated secret key."""
+def _chart_env(tmp_path: Path, *args: str) -> dict[str, str]:
+    """The web Pod's environment under the chart's values with `args` (`--values F`, `--set
+    k=v`): the rendered ConfigMap, plus the keys of the chart's own settings Secret (production
+    names an existing Secret that must hold the same keys), with a generated secret key."""
     import yaml
 
     binary, why = _fetch_helm()
@@ -122,10 +122,9 @@ def _chart_production_env(tmp_path: Path) -> dict[str, str]:
         ).stdout
         return [doc for doc in yaml.safe_load_all(out) if doc]
 
-    production = render("--values", str(PRODUCTION_VALUES))
-    [config_map] = [m for m in production if m["kind"] == "ConfigMap"]
+    [config_map] = [m for m in render(*args) if m["kind"] == "ConfigMap"]
     data: dict[str, str] = dict(config_map["data"])  # type: ignore[call-overload]
-    assert data["DJANGO_HTTPS"] == "true" and data["DJANGO_DEBUG"] == "false"
+    assert data["DJANGO_DEBUG"] == "false"
     [own_secret] = [m for m in render() if m["kind"] == "Secret"]
     secret_keys = set(own_secret["stringData"])  # type: ignore[call-overload]
     assert secret_keys == {"DATABASE_URL", "CELERY_BROKER_URL", "CACHE_URL", "DJANGO_SECRET_KEY"}
@@ -139,18 +138,60 @@ def _chart_production_env(tmp_path: Path) -> dict[str, str]:
     return clean_env(tmp_path, **{**data, **secret, "EPOCHAL_VAR_DIR": str(tmp_path / "var")})
 
 
+def _deploy_check(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return manage(env, "check", "--deploy", "--fail-level", "WARNING")
+
+
 def test_check_deploy_prints_no_warning_under_the_charts_production_environment(
     tmp_path: Path,
 ) -> None:
-    env = _chart_production_env(tmp_path)
-    checked = manage(env, "check", "--deploy", "--fail-level", "WARNING")
+    env = _chart_env(tmp_path, "--values", str(PRODUCTION_VALUES))
+    assert env["DJANGO_HTTPS"] == "true"
+    checked = _deploy_check(env)
     assert checked.returncode == 0, checked.stderr
     assert "System check identified no issues (0 silenced)." in checked.stdout
     assert "WARNING" not in checked.stderr.upper() and "?:" not in checked.stderr
     # The same check does fail on what the chart fixes (so it can fail): plain http, no cache.
     for name in ("DJANGO_HTTPS", "CACHE_URL"):
         loose = {k: v for k, v in env.items() if k != name}
-        assert manage(loose, "check", "--deploy", "--fail-level", "WARNING").returncode != 0
+        assert _deploy_check(loose).returncode != 0
+
+
+def test_the_charts_default_values_pass_check_deploy(tmp_path: Path) -> None:
+    """https is on by default (no Ingress needed: TLS may end at a load balancer); plain http
+    takes an explicit `https=false`, and then the check warns, as docs/kubernetes.md says."""
+    env = _chart_env(tmp_path)
+    assert env["DJANGO_HTTPS"] == "true"
+    assert env["EPOCHAL_TRUSTED_PROXIES"] and env["EPOCHAL_API_ADDRESS_RATE"]
+    checked = _deploy_check(env)
+    assert checked.returncode == 0, checked.stderr
+    assert "System check identified no issues (0 silenced)." in checked.stdout
+    plain = _chart_env(tmp_path, "--set", "https=false")
+    assert plain["DJANGO_HTTPS"] == "false"
+    warned = _deploy_check(plain)
+    assert warned.returncode != 0
+    for check in ("security.W004", "security.W008", "security.W012", "security.W016"):
+        assert check in warned.stderr
+
+
+def test_a_short_secret_key_stops_the_server(tmp_path: Path) -> None:
+    for key in ("x", "a" * 60, new_secret_key()[:49]):  # too short; one character repeated
+        env = clean_env(tmp_path, DJANGO_SECRET_KEY=key)
+        checked = manage(env, "check", "--deploy")
+        assert checked.returncode != 0 and "epochal.E001" in checked.stderr
+        served = subprocess.run(
+            web_command(free_port()),
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert served.returncode != 0
+        assert "the server will not start with fewer than 50" in served.stdout + served.stderr
+    # debug (the demo, the tests) is not held to it
+    debug = manage({**clean_env(tmp_path, DJANGO_SECRET_KEY="x"), "DJANGO_DEBUG": "true"}, "check")
+    assert debug.returncode == 0, debug.stderr
 
 
 def test_every_setting_is_in_the_readme_configuration_table() -> None:

@@ -165,3 +165,27 @@ def test_store_url_from_environment(store_url: str, history: list[str]) -> None:
         env={"STORE_URL": store_url, "PATH": "/usr/bin:/bin"},
     )
     assert out.stdout.strip() == history[-1], out.stderr
+
+
+def test_log_prints_every_time_in_one_format(repo: Repository, store_url: str) -> None:
+    """Manifests keep `created_at` as their writer wrote it (the hash covers it): the engine
+    writes `…Z`, older operation commits `+00:00`; the commands print all of them as `…Z`."""
+    from snapshots_store import Manifest
+
+    first = repo.commit(
+        Manifest(branch="main", epoch=1, max_parallelism=8, parallelism=2, kind="epoch",
+                 created_at="2026-01-02T03:04:05.000006+00:00"),
+        "main", expected_head=None, reason="an operation's commit",
+    )  # fmt: skip
+    repo.commit(
+        Manifest(branch="main", epoch=2, max_parallelism=8, parallelism=2, kind="epoch",
+                 parents=(first,),
+                 created_at="2026-01-02T03:04:06.000007Z"),
+        "main", expected_head=first, reason="an epoch",
+    )  # fmt: skip
+    out = run(store_url, "log")
+    assert out.returncode == 0, out.stderr
+    times = [line.split()[4] for line in out.stdout.splitlines()]
+    assert times == ["2026-01-02T03:04:06.000007Z", "2026-01-02T03:04:05.000006Z"]
+    assert "+00:00" not in run(store_url, "show", first[:12]).stdout
+    assert "+00:00" not in run(store_url, "reflog", "heads/main").stdout

@@ -115,5 +115,16 @@ def test_the_line_a_rollback_left_behind_is_not_labelled_as_the_branch() -> None
         "m1": "main",
         "m0": "main",
     }
+    # drawn grey, not in another branch's colour; its -abandoned tag is no savepoint ring
+    drawing = str(graph.svg(layout))
+    nodes = dict(re.findall(r'data-snapshot="(\w+)">.*?class="node-mark ([^"]+)"', drawing, re.S))
+    assert nodes["m3"] == "abandoned" and nodes["m2"] == "abandoned"
+    assert nodes["m1"].startswith("lane-") and nodes["rb"] == "kind-rollback"
+    assert 'class="tag-ring"' not in drawing
+    # m3 -> m2 and m2 -> m1 grey; main's own line (rb -> m1 -> m0) in its lane colour
+    assert [line.abandoned for line in layout.lines].count(True) == 2
+    assert 'class="lane abandoned' in drawing
+    savepoint = graph.layout(rows, {**refs, "m1": ["tags/sp-1"]})
+    assert str(graph.svg(savepoint)).count('class="tag-ring"') == 1
     # a head outside the window: nothing is judged
     assert not any(r.abandoned for r in graph.layout(rows[1:], {}).rows)

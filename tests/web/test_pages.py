@@ -83,12 +83,41 @@ def test_overview_raises_an_alarm_for_a_job_that_stopped_committing(
     client_for: ClientFor, lineage: Lineage, settings: object
 ) -> None:
     from controlplane.jobs.models import Job
+    from controlplane.jobs.services import watch_record
 
     Job.objects.filter(pk=lineage.job.pk).update(state="running")
+    watch_record()  # the reconciler is watching the run: its state is known
     settings.EPOCHAL_STALL_AFTER_S = 0.0  # type: ignore[attr-defined]
     html = client_for("viewer").get("/").content.decode()
     assert "no commit for" in html and "400 bytes of input wait" in html
     assert 'class="level-alarm" data-job="clicks-main"' in html
+
+
+def test_a_running_job_nobody_watches_shows_unknown(
+    client_for: ClientFor, lineage: Lineage, settings: object
+) -> None:
+    """The database says running, but the reconciler has not watched the run for longer than
+    EPOCHAL_UNWATCHED_AFTER_S: the pages say they do not know, and why."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from controlplane.jobs.models import Job
+    from controlplane.jobs.services import watch_record
+
+    Job.objects.filter(pk=lineage.job.pk).update(state="running")
+    watch_record(timezone.now() - dt.timedelta(seconds=45))
+    client = client_for("viewer")
+    overview = client.get("/").content.decode()
+    assert '>unknown</span> <span class="muted small">(control plane was down)' in overview
+    assert 'class="level-warn" data-job="clicks-main"' in overview
+    assert "nothing has watched this job&#x27;s run since" in overview
+    job_page = client.get("/jobs/clicks-main/").content.decode()
+    assert 'data-testid="state">unknown<' in job_page
+    assert "control plane was down · wants running" not in job_page  # desired is stopped here
+
+    watch_record()  # the reconciler is back
+    assert 'data-testid="state">running<' in client.get("/jobs/clicks-main/").content.decode()
 
 
 def test_job_page_shows_charts_allocation_heat_map_and_commits(

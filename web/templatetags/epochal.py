@@ -106,3 +106,52 @@ def details(value: Any) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     return str(value)
+
+
+@register.filter
+def phase_seconds(phase: Any) -> float | None:
+    """How long an operation's phase took (running: so far; None when it has not started)."""
+    from django.utils.dateparse import parse_datetime
+
+    if not isinstance(phase, dict) or not phase.get("started_at"):
+        return None
+    started = parse_datetime(str(phase["started_at"]))
+    ended = parse_datetime(str(phase["finished_at"])) if phase.get("finished_at") else None
+    if started is None:
+        return None
+    return max(0.0, ((ended or timezone.now()) - started).total_seconds())
+
+
+@register.filter
+def seconds(value: Any) -> str:
+    """A duration to a tenth of a second, as the CLI prints a phase's: "4.2 s", "2 min 5 s"."""
+    if value is None:
+        return "—"
+    s = float(value)
+    if s < 120:
+        return f"{s:.1f} s"
+    return f"{int(s // 60)} min {int(s % 60)} s"
+
+
+VIA = {
+    "cli": "the command line (epochal)",
+    "web": "the dashboard",
+    "api": "the REST API",
+    "reconciler": "the reconciler",
+    "autoscaler": "the autoscaler",
+    "schedule": "the job's savepoint schedule",
+}
+
+
+@register.filter
+def asked_by(operation: Any) -> str:
+    """Who asked for an operation and how, in words."""
+    via = VIA.get(operation.requested_via, operation.requested_via)
+    user = operation.requested_by
+    if user is not None:
+        return f"{user.get_username()}, through {via}"
+    if operation.requested_via == "cli":
+        return f"{via}, with no user named (`--as USER` names one)"
+    if operation.requested_via in ("reconciler", "autoscaler", "schedule"):
+        return f"{via}, on its own"
+    return via

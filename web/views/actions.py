@@ -101,6 +101,15 @@ FORK = Action(
 )
 
 
+def refused_form(request: HttpRequest, form: forms.ActionForm) -> None:
+    """The fields a refused form names, for its audit row (`RefusalAuditMiddleware`)."""
+    request._epochal_audit_detail = {  # type: ignore[attr-defined]
+        "code": "invalid",
+        "message": "; ".join(f"{k}: {' '.join(v)}" for k, v in form.errors.items())[:500],
+        "fields": sorted(form.errors)[:20],
+    }
+
+
 def _initial(form_class: type[forms.ActionForm], request: HttpRequest) -> dict[str, Any]:
     return {k: v for k, v in request.GET.items() if k in form_class.base_fields}
 
@@ -141,6 +150,7 @@ def _request_operation(
             source="web",
             detail={"code": exc.code, "message": exc.message[:500], "fields": sorted(exc.fields)},
         )
+        request._epochal_audited = True  # type: ignore[attr-defined]
         return None, exc.http_status
     operation = requested.operation
     audit_request(
@@ -209,6 +219,7 @@ def job_action(request: HttpRequest, name: str, kind: str) -> HttpResponse:
                 return redirect(f"{reverse('web:job', args=[job.name])}?operation={operation.pk}")
         else:
             status = 400
+            refused_form(request, form)
         data = dict(request.POST.items())
     else:
         form = action.form(initial=_initial(action.form, request))
@@ -243,6 +254,7 @@ def fork(request: HttpRequest, app: str) -> HttpResponse:
                 return redirect("web:operation", operation_id=operation.pk)
         else:
             status = 400
+            refused_form(request, form)
     else:
         initial = _initial(forms.ForkForm, request)
         if "snapshot" in initial and "branch" not in initial:
@@ -275,6 +287,7 @@ def operation_cancel_view(request: HttpRequest, operation_id: str) -> HttpRespon
             operation=operation,
             detail={"code": exc.code, "message": exc.message[:500]},
         )
+        request._epochal_audited = True  # type: ignore[attr-defined]
         return error_page(request, exc.message, status=exc.http_status)
     audit_request(
         user=request.user,

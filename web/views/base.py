@@ -63,6 +63,39 @@ def domain_errors(view: Callable[..., HttpResponse]) -> Callable[..., HttpRespon
     return wrapped
 
 
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Every 404 the views do not answer themselves (`handler404`): our page for people,
+    the API's error shape for programs — never Django's debug page listing the routes."""
+    if request.path.startswith("/api/"):
+        from controlplane.api.errors import error_body
+
+        body = error_body(
+            "not_found", f"no API endpoint at {request.path}; the endpoints are listed at /api/"
+        )
+        return JsonResponse(body, status=404)
+    message = (
+        f"There is no page at {request.path}. The jobs, operations and audit log are linked "
+        "at the top of every page."
+    )
+    return error_page(request, message, status=404)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    """A 500 (`handler500`): a plain page that needs neither the database nor templates'
+    context, since either may be what failed. The traceback goes to the server's log."""
+    from django.http import HttpResponseServerError
+
+    if request.path.startswith("/api/"):
+        body = {"error": {"code": "server_error", "message": "internal error; see the server log",
+                          "fields": {}, "detail": {}}}  # fmt: skip
+        return JsonResponse(body, status=500)
+    return HttpResponseServerError(
+        "<!doctype html><title>Server error · Epochal</title><h1>Server error</h1>"
+        "<p>Something failed on the server; its log has the details.</p>"
+        '<p><a href="/">Back to the jobs</a></p>'
+    )
+
+
 def healthz(request: HttpRequest) -> JsonResponse:
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")

@@ -1,4 +1,5 @@
-"""The job page: live charts, key groups and their tasks, the running operation, commits."""
+"""The job page: live charts, key groups and their tasks, the running operation, commits; and
+its tabs: exceptions across restarts, the driver's live log, the checkpoint history."""
 
 from __future__ import annotations
 
@@ -14,15 +15,23 @@ from controlplane.changes.keys import job_key
 from controlplane.changes.selectors import named_revision
 from controlplane.errors import NotFound
 from controlplane.jobs.health import job_health
-from controlplane.jobs.models import Job
-from controlplane.jobs.selectors import job_current_run, job_get, job_not_found
+from controlplane.jobs.logs import job_exceptions, log_lines
+from controlplane.jobs.models import Job, Run
+from controlplane.jobs.selectors import (
+    job_current_run,
+    job_get,
+    job_not_found,
+    job_run_get,
+    job_run_list,
+)
 from controlplane.lineage.epoch_stats import epoch_series
+from controlplane.lineage.selectors import tag_list
 from controlplane.lineage.state_reads import KeyGroupSizes, key_group_sizes
 from controlplane.operations.selectors import operation_list
 from web import charts
 from web.access import viewer_required
 from web.live import live_etag, not_modified, still_unchanged, watch_headers
-from web.views.base import domain_errors, page
+from web.views.base import domain_errors, is_htmx, page
 
 CHART_EPOCHS = 200
 RECENT_COMMITS = 12
@@ -101,3 +110,95 @@ def job_live(request: HttpRequest, name: str) -> HttpResponse:
     response = page(request, "web/partials/job_live.html", context)
     response["ETag"] = etag
     return response
+
+
+# -- the job's other tabs: exceptions, the driver's log, checkpoint history ------------------
+
+LOG_TAIL = 500
+
+
+@viewer_required
+@domain_errors
+def job_exceptions_view(request: HttpRequest, name: str) -> HttpResponse:
+    """Why the job's runs ended badly, across restarts: reason, traceback, abandoned epoch;
+    and the operations on it that failed."""
+    job = job_get(name=name)
+    context = {
+        "job": job,
+        "tab": "exceptions",
+        "exceptions": job_exceptions(job),
+        "failed_operations": list(operation_list(job=job.name, state="failed")[:20]),
+    }
+    return page(request, "web/job_exceptions.html", context)
+
+
+def _log_run(job: Job, run_id: str) -> Run | None:
+    return job_run_get(job, run_id=run_id) if run_id else job_current_run(job)
+
+
+@viewer_required
+@domain_errors
+def job_log_view(request: HttpRequest, name: str) -> HttpResponse:
+    """The driver's log of a run (default: the newest), its last lines, filtered by a search;
+    `follow` refreshes them every 2 s (the fragment alone for htmx)."""
+    job = job_get(name=name)
+    run_id = request.GET.get("run", "").strip()
+    search = request.GET.get("q", "").strip()
+    follow = request.GET.get("follow", "1") == "1"
+    run = _log_run(job, run_id)
+    lines = [] if run is None else log_lines(run, tail=LOG_TAIL, search=search)
+    context = {
+        "job": job,
+        "tab": "log",
+        "run": run,
+        "runs": list(job_run_list(job)[:30]),
+        "lines": lines,
+        "search": search,
+        "follow": follow,
+        "tail": LOG_TAIL,
+    }
+    template = "web/partials/job_log_lines.html" if is_htmx(request) else "web/job_log.html"
+    return page(request, template, context)
+
+
+@viewer_required
+@domain_errors
+def job_log_download(request: HttpRequest, name: str) -> HttpResponse:
+    """The whole log the launcher keeps of a run, as a text file."""
+    job = job_get(name=name)
+    run = _log_run(job, request.GET.get("run", "").strip())
+    text = "" if run is None else "\n".join(log_lines(run)) + "\n"
+    response = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    filename = f"{job.name}-{run.run_id if run else 'no-run'}.log"
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@viewer_required
+@domain_errors
+def job_checkpoints_view(request: HttpRequest, name: str) -> HttpResponse:
+    """Every commit of the branch (epochs, rescales, rollbacks …) with its size and timing,
+    the savepoints (tags) among them, and the epochs runs began and never committed."""
+    job = job_get(name=name)
+    points = list(reversed(epoch_series(application=job.application, branch=job.branch, limit=500)))
+    tags: dict[str, list[str]] = {}
+    for tag in tag_list(application=job.application):
+        if tag.target is not None:
+            tags.setdefault(tag.target.snapshot_id, []).append(tag.name)
+    failed = [e for e in job_exceptions(job) if e.abandoned_epoch is not None]
+    durations = [p.process_s for p in points if p.process_s is not None]
+    context = {
+        "job": job,
+        "tab": "checkpoints",
+        "points": points,
+        "tags": tags,
+        "failed": failed,
+        "summary": {
+            "count": len(points),
+            "savepoints": sum(1 for p in points if p.snapshot_id in tags),
+            "failed": len(failed),
+            "bytes": sum(p.bytes_written for p in points),
+            "longest_s": max(durations) if durations else None,
+        },
+    }
+    return page(request, "web/job_checkpoints.html", context)

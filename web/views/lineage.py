@@ -231,7 +231,26 @@ def _snapshot_context(
         "rollback_jobs": rollback_jobs,
         "savepoint_jobs": savepoint_jobs,
         "key_columns": (extras or {}).get("extra", {}).get("key") or [],
+        "tasks": _task_rows((extras or {}).get("extra", {}).get("tasks")),
     }
+
+
+def _task_rows(tasks: Any) -> list[dict[str, Any]]:
+    """The epoch's tasks (manifest `extra.tasks`, written by the engine) with each one's busy
+    time as a share of the busiest's: a task far above the others is the skew to look at."""
+    if not isinstance(tasks, list):
+        return []
+    rows = [t for t in tasks if isinstance(t, dict)]
+    busiest = max((float(t.get("busy_s") or 0) for t in rows), default=0.0)
+    total = sum(int(t.get("records_in") or 0) for t in rows) or 1
+    return [
+        {
+            **t,
+            "busy_share": float(t.get("busy_s") or 0) / busiest if busiest else 0.0,
+            "records_share": int(t.get("records_in") or 0) / total,
+        }
+        for t in rows
+    ]
 
 
 @viewer_required

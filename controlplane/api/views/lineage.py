@@ -49,7 +49,7 @@ from controlplane.changes.selectors import revision
 from controlplane.errors import InvalidRequest
 from controlplane.lineage import selectors, store_reads
 from controlplane.lineage.errors import UnknownRevisionError
-from controlplane.refnames import checked_revision
+from controlplane.refnames import checked_ref, checked_revision
 
 _T = TypeVar("_T")
 
@@ -122,7 +122,7 @@ class SnapshotLogView(ApiView):
         },
     )
     def get(self, request: Request, name: str) -> Response:
-        rev = request.query_params.get("rev") or "main"
+        rev = checked_ref(request.query_params.get("rev"), field="rev") or "main"
         first_parent = _flag(request, "first_parent")
         limit = page_limit(request)
         cursor = request.query_params.get("cursor") or None
@@ -202,7 +202,7 @@ class SnapshotDiffView(ApiView):
         diff = store_reads.snapshot_diff(
             application=application,
             snapshot=snapshot,
-            against=checked_revision(request.query_params.get("against") or None, field="against"),
+            against=checked_revision(request.query_params.get("against"), field="against"),
         )
         return Response(SnapshotDiffSerializer(diff.to_dict()).data)
 

@@ -57,7 +57,10 @@ class StoreListView(ApiView):
                         "Store",
                         {
                             "name": serializers.CharField(),
-                            "url": serializers.CharField(),
+                            "url": serializers.CharField(
+                                help_text="Never with credentials: they come from "
+                                "credentials_env or credentials_secret."
+                            ),
                             "credentials_env": serializers.CharField(
                                 help_text="Environment variable prefix (never the secret)."
                             ),
@@ -79,7 +82,7 @@ class StoreListView(ApiView):
                 "results": [
                     {
                         "name": s.name,
-                        "url": s.url,
+                        "url": s.shown_url,
                         "credentials_env": s.credentials_env,
                         "credentials_secret": s.credentials_secret,
                         "description": s.description,

@@ -22,13 +22,16 @@ from controlplane.jobs.store import job_repository
 from controlplane.operations.framework import PhaseContext
 from runners.job_spec import new_run_id
 from snapshots_store import StoreError, UnknownRevisionError
+from snapshots_store.codec import format_timestamp
 
 DEFAULT_STOP_DEADLINE_S = 60.0
 DEFAULT_START_TIMEOUT_S = 180.0
 
 
 def now_iso() -> str:
-    return timezone.now().isoformat()
+    """Now as the store writes its own timestamps (`…Z`, microseconds), for manifests an
+    operation commits: `epochal store log` shows one format whoever committed."""
+    return format_timestamp(timezone.now())
 
 
 def int_param(

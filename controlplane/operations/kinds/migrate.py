@@ -77,7 +77,8 @@ class MigrateSpec(OperationSpec):
             try:
                 Repository.open(url, job.application.store_namespace)
             except StoreError as exc:
-                raise InvalidRequest(str(exc), fields={"store": [str(exc)]}) from None
+                said = str(exc).replace(url, store.shown_url)  # never a secret in an answer
+                raise InvalidRequest(said, fields={"store": [said]}) from None
             others = [
                 other.name
                 for other in Job.objects.filter(application=job.application).exclude(pk=job.pk)

@@ -24,11 +24,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -86,6 +86,12 @@ class Command(BaseCommand):
         )
         parser.add_argument(
             "--topic", default=STREAM, help=f"with --source kafka (default {STREAM})"
+        )
+        parser.add_argument(
+            "--request-log",
+            action="store_true",
+            help="also print the web server's log line of every HTTP request (off: the "
+            "terminal shows epochs and operations)",
         )
         parser.add_argument(
             "--no-serve",
@@ -150,20 +156,18 @@ class Command(BaseCommand):
         if not options["no_serve"]:
             self.stdout.write(f"login:  {login}   at {self._base_url()}/ once the job runs")
         seen = self._summarise_history()
-        worker = self._start_worker()
-        serving = False
+        workers = self._start_workers()
         try:
             self._start_job()
             self._follow_commits(seen, timeout_s=600)
             call_command("reindex", application=APPLICATION, verbosity=1, stdout=self.stdout)
             if options["no_serve"]:
                 return
-            serving = True
             self._serve(login, seen)
         except KeyboardInterrupt:
-            pass  # a signal (see _on_signal): stop the job and the worker below
+            pass  # a signal (see _on_signal): stop the jobs and the workers below
         finally:
-            self._shutdown(worker, stop_job=True, quiet=not serving and not self._stopping)
+            self._shutdown(workers)
 
     # -- signals -----------------------------------------------------------------------------
 
@@ -273,55 +277,61 @@ class Command(BaseCommand):
 
     # -- processes ---------------------------------------------------------------------------
 
-    def _start_worker(self) -> subprocess.Popen[bytes]:
-        log_path = Path(settings.VAR_DIR) / "demo" / "worker.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.stdout.write(f"worker: Celery worker + beat (reconciler), log {log_path}")
-        with open(log_path, "ab") as log:
-            return subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "controlplane",
-                    "worker",
-                    "-B",
-                    "--pool=solo",
-                    "--loglevel=INFO",
-                    "-n",
-                    f"demo-{os.getpid()}@%h",
-                    "-s",
-                    str(Path(settings.VAR_DIR) / "celerybeat-schedule"),
-                ],
-                cwd=settings.BASE_DIR,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+    def _start_workers(self) -> list[subprocess.Popen[bytes]]:
+        """Two Celery workers, so that the control loop never waits behind an operation
+        (`controlplane.operations.workers`)."""
+        from controlplane.operations.workers import start_workers
+
+        demo_dir = Path(settings.VAR_DIR) / "demo"
+        demo_dir.mkdir(parents=True, exist_ok=True)
+        for queue, what in (
+            ("control", "reconciler, run watch, lineage index, autoscaler (beat)"),
+            ("operations", "start, stop, rescale, rollback …"),
+        ):
+            log_path = demo_dir / f"worker-{queue}.log"
+            self.stdout.write(f"worker: Celery worker for queue {queue} — {what}, log {log_path}")
+        workers = start_workers(
+            name=f"demo-{os.getpid()}",
+            log_dir=demo_dir,
+            beat_schedule=str(Path(settings.VAR_DIR) / "celerybeat-schedule"),
+            cwd=Path(settings.BASE_DIR),
+            preexec_fn=_die_with_parent,  # a demo killed outright (SIGKILL) takes them along
+        )
+        return workers
 
     def _start_job(self) -> None:
         from controlplane.cli.operations import follow
+        from controlplane.errors import Conflict
         from controlplane.jobs.selectors import job_get
         from controlplane.operations.kinds.common import job_is_running
+        from controlplane.operations.selectors import operation_active_for_job
         from controlplane.operations.services import operation_request
 
         job = job_get(name=JOB)
-        if job_is_running(job):
+        # After the demo's own shutdown the reconciler starts the job again by itself (its
+        # desired state is still running): follow that start rather than asking twice.
+        op = operation_active_for_job(job_id=job.pk)
+        if op is None and job_is_running(job):
             self.stdout.write(f"job {JOB} is already running")
             return
-        requested = operation_request(
-            kind="start",
-            application=job.application,
-            job=job,
-            via="cli",
-            reason="manage.py demo",
-        )
+        if op is None:
+            try:
+                op = operation_request(
+                    kind="start",
+                    application=job.application,
+                    job=job,
+                    via="cli",
+                    reason="manage.py demo",
+                ).operation
+            except Conflict:
+                op = operation_active_for_job(job_id=job.pk)
+                if op is None:  # the reconciler's start has already launched it
+                    self.stdout.write(f"job {JOB} is already running")
+                    return
         self.stdout.write(
-            f"starting job {JOB} (operation {requested.operation.pk}); Spark "
-            "takes about 10 s to come up …"
+            f"starting job {JOB} (operation {op.pk}); Spark takes about 10 s to come up …"
         )
-        op = follow(requested.operation, self.stdout.write, timeout_s=300)
+        op = follow(op, self.stdout.write, timeout_s=300)
         if op.state != "succeeded":
             raise CommandError(f"the job did not start: {op.error_message or op.state}")
         self.stdout.write("start succeeded")
@@ -344,7 +354,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"resuming: {BRANCH} has {len(history)} commits, head epoch {head.epoch} "
             f"({head.kind}, p={head.parallelism}, snapshot {ref.target[:12]}); "
-            "new epochs follow (`.venv/bin/epochal log main` shows the history)"
+            f"new epochs follow (`.venv/bin/epochal log {BRANCH} --application {APPLICATION}` "
+            "shows the history)"
         )
         return {sid for sid, _ in history}
 
@@ -384,7 +395,7 @@ class Command(BaseCommand):
             if time.monotonic() - started > timeout_s:
                 raise CommandError(
                     f"the job consumed {consumed} of {total} records in {timeout_s:g} s; see "
-                    f"`manage.py jobs` and the run log under {settings.VAR_DIR}/runs/"
+                    f"`.venv/bin/epochal jobs` and the run log under {settings.VAR_DIR}/runs/"
                 )
             time.sleep(1)
 
@@ -401,19 +412,28 @@ class Command(BaseCommand):
                 f"Admin:      {base}/admin/\n"
                 f"Metrics:    {base}/metrics\n"
                 f"CLI:        .venv/bin/epochal jobs | rescale {JOB} -p 3 | "
-                f"rollback {JOB} --to <snapshot> | log {BRANCH}\n"
+                f"rollback {JOB} --to <snapshot> | log {BRANCH} --application {APPLICATION}\n"
                 f"The job keeps running; a new input file arrives every "
-                f"{self.options['feed_every']:g} s and each new epoch is printed below. "
-                "Ctrl-C (or SIGTERM, SIGHUP) stops the job at an epoch boundary and the worker."
+                f"{self.options['feed_every']:g} s and each new epoch and operation is printed "
+                "below (--request-log adds the web server's requests). Ctrl-C (or SIGTERM, "
+                "SIGHUP) stops every job at an epoch boundary, then the workers; the next "
+                "start of the demo starts them again."
             )
         )
+        if not self.options["request_log"]:
+            # errors (4xx, 5xx) are warnings and still printed; 200s and 304s are not
+            logging.getLogger("django.server").setLevel(logging.WARNING)
         stop = threading.Event()
         if self.options["feed_every"] > 0:
             threading.Thread(target=self._feed, args=(stop,), daemon=True).start()
         repo = self._repository()
         threading.Thread(target=self._watch, args=(repo, seen, stop), daemon=True).start()
         try:
-            call_command("runserver", f"127.0.0.1:{port}", use_reloader=False)
+            # the demo runs without DEBUG (bin/demo): no debug page ever reaches a browser,
+            # and the server itself hands out the static files (--insecure)
+            call_command(
+                "runserver", f"127.0.0.1:{port}", use_reloader=False, insecure_serving=True
+            )
         finally:
             stop.set()
 
@@ -422,40 +442,78 @@ class Command(BaseCommand):
             self._generate(self._files() + 1)
 
     def _watch(self, repo: Any, seen: set[str], stop: threading.Event) -> None:
-        """While serving: print each new epoch (and rescale, rollback …) as it commits."""
+        """While serving: print each new epoch (and rescale, rollback …) as it commits, and
+        each operation of any job as it is requested, moves to another phase and ends."""
+        from django.db import connection
+
+        shown: dict[str, tuple[str, str]] = {}
+        self._print_operations(shown, quiet=True)  # the ones before now: not printed
         while not stop.wait(1.0):
             try:
                 self._print_new_commits(repo, seen)
             except Exception as exc:  # a store read racing a commit: try again next second
                 self._say(f"  (could not read the branch: {exc})")
+            try:
+                self._print_operations(shown)
+            except Exception as exc:
+                self._say(f"  (could not read the operations: {exc})")
+        connection.close()
 
-    def _shutdown(self, worker: subprocess.Popen[bytes], *, stop_job: bool, quiet: bool) -> None:
-        from controlplane.cli.operations import follow
-        from controlplane.jobs.selectors import job_get
-        from controlplane.operations.kinds.common import job_is_running
-        from controlplane.operations.services import operation_request
+    def _print_operations(self, shown: dict[str, tuple[str, str]], *, quiet: bool = False) -> None:
+        from controlplane.operations.models import Operation
+
+        recent = Operation.objects.select_related("job", "requested_by").order_by("-created_at")
+        for op in reversed(list(recent[:20])):
+            now = (op.state, op.current_phase or "")
+            if shown.get(str(op.pk)) == now:
+                continue
+            first = str(op.pk) not in shown
+            shown[str(op.pk)] = now
+            if quiet:
+                continue
+            target = op.job.name if op.job else op.application.name
+            if first:
+                who = op.requested_by.get_username() if op.requested_by else "—"
+                self._say(
+                    f"  operation {op.kind:<9} {str(op.pk)[:8]}  on {target}, asked by {who} "
+                    f"via {op.requested_via}"
+                )
+            if op.state in ("succeeded", "failed", "cancelled"):
+                took = ""
+                if op.finished_at and op.started_at:
+                    took = f" in {(op.finished_at - op.started_at).total_seconds():.1f} s"
+                error = f": {op.error_message}" if op.error_message else ""
+                self._say(f"  operation {op.kind:<9} {str(op.pk)[:8]}  {op.state}{took}{error}")
+            elif op.current_phase:
+                self._say(f"  operation {op.kind:<9} {str(op.pk)[:8]}  {op.current_phase} …")
+
+    def _shutdown(self, workers: list[subprocess.Popen[bytes]]) -> None:
+        """The control plane goes down: first its workers (so no reconciler takes a run's
+        end for the job's), then every job run, stopped at an epoch boundary with the reason
+        recorded and each job's desired state kept — the next start of the demo brings back
+        every job that was running, not only the demo's own."""
+        from controlplane.jobs.services import runs_stop_for_shutdown
 
         try:
-            job = job_get(name=JOB)
-            if stop_job and job_is_running(job) and worker.poll() is None:
-                self._say(f"stopping job {JOB} at its next epoch boundary …")
-                requested = operation_request(
-                    kind="stop",
-                    application=job.application,
-                    job=job,
-                    via="cli",
-                    reason="manage.py demo finished",
-                )
-                follow(requested.operation, self._say if not quiet else _drop, timeout_s=120)
-        finally:
-            if worker.poll() is None:
-                os.killpg(worker.pid, signal.SIGTERM)
+            for worker in workers:
+                if worker.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(worker.pid, signal.SIGTERM)
+            for worker in workers:
                 try:
                     worker.wait(timeout=20)
                 except subprocess.TimeoutExpired:
-                    os.killpg(worker.pid, signal.SIGKILL)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(worker.pid, signal.SIGKILL)
                     worker.wait()
-            self._say("worker stopped")
+            self._say("workers stopped")
+        finally:
+            self._say("stopping every job run at its next epoch boundary …")
+            runs = runs_stop_for_shutdown(deadline_s=60, say=self._say)
+            self._say(
+                f"stopped {len(runs)} run(s) at an epoch boundary; the jobs start again from "
+                "their heads when the control plane is back"
+            )
             self._terminate_leftover_runs()
 
     def _terminate_leftover_runs(self) -> None:
@@ -500,5 +558,10 @@ class Command(BaseCommand):
         return f"user {DEMO_USER}, password {DEMO_PASSWORD} (created for this local demo)"
 
 
-def _drop(_line: str) -> None:
-    return None
+def _die_with_parent() -> None:
+    """In a child before it execs: have the kernel send SIGTERM when the demo dies (Linux's
+    PR_SET_PDEATHSIG), so a SIGKILLed demo leaves no worker behind."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG

@@ -4,7 +4,7 @@ up to date with the store (idempotent; only new commits and reflog entries are r
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -54,14 +54,7 @@ class Command(BaseCommand):
                 raise CommandError(f"cannot create application {name!r}: {err}") from None
 
     def _reindex(self, application: Application, url: str) -> None:
-        def progress(p: ReindexProgress) -> None:
-            sys.stderr.write(
-                f"\r{application.name}: {p.phase:<5} refs={p.refs} "
-                f"new={p.snapshots_found} indexed={p.snapshots_indexed}   "
-            )
-            if p.phase == "done":
-                sys.stderr.write("\n")
-            sys.stderr.flush()
+        progress = ProgressBar(application.name, sys.stderr)
 
         try:
             repo = Repository.open(url, application.store_namespace)
@@ -79,3 +72,44 @@ class Command(BaseCommand):
             self.stdout.write(f"  skipped {sid}: its history is incomplete in the store")
         for sid in result.missing[:10]:
             self.stdout.write(f"  missing {sid}: named in history but not in the store (gc?)")
+
+
+class ProgressBar:
+    """Reindex progress on `out`: on a terminal one line redrawn in place — the walk's
+    count, then a bar of the snapshots indexed out of those found; elsewhere (a log, a
+    pipe) a line per phase and per quarter of the indexing, never a carriage return."""
+
+    WIDTH = 30
+
+    def __init__(self, name: str, out: TextIO) -> None:
+        self.name = name
+        self.out = out
+        self.tty = out.isatty()
+        self.shown: tuple[str, int] = ("", -1)
+
+    def __call__(self, p: ReindexProgress) -> None:
+        if p.phase == "index" and p.snapshots_found:
+            done = p.snapshots_indexed / p.snapshots_found
+            filled = round(done * self.WIDTH)
+            bar = "#" * filled + "-" * (self.WIDTH - filled)
+            text = (
+                f"{self.name}: indexing [{bar}] {done:4.0%} "
+                f"{p.snapshots_indexed}/{p.snapshots_found} snapshots"
+            )
+            step = int(done * 4)  # quarters, for a log
+        elif p.phase == "walk":
+            text, step = f"{self.name}: reading history, {p.snapshots_found} new snapshots", 0
+        elif p.phase == "done":
+            text = (
+                f"{self.name}: indexed {p.snapshots_indexed} of {p.snapshots_found} new "
+                f"snapshots ({p.refs} refs)"
+            )
+            step = 5
+        else:
+            text, step = f"{self.name}: reading {p.refs} refs", 0
+        if self.tty:
+            self.out.write("\r\033[K" + text + ("\n" if p.phase == "done" else ""))
+        elif (p.phase, step) != self.shown:
+            self.out.write(text + "\n")
+        self.shown = (p.phase, step)
+        self.out.flush()
