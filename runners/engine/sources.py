@@ -213,7 +213,8 @@ class ParquetDirectory:
         return _files_retained(self.path, offsets, "rows", rows)
 
 
-_JSON_TYPES: dict[str, pa.DataType] = {
+#: the record schema's type names (JSON-lines files and the log sources)
+JSON_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
     "str": pa.string(),
     "int64": pa.int64(),
@@ -252,7 +253,7 @@ def decode_json_records(
     """JSON objects `(offset, bytes)` as an Arrow table with the columns of `schema` (field ->
     string, int64, float64, bool); a record that is not a JSON object, lacks a `required`
     field or has a wrongly typed field becomes a dead letter at its offset."""
-    types = {k: _JSON_TYPES[v] for k, v in schema.items()}
+    types = {k: JSON_TYPES[v] for k, v in schema.items()}
     must = set(required)
     columns: dict[str, list[Any]] = {k: [] for k in types}
     dead: list[DeadLetter] = []

@@ -293,3 +293,29 @@ def test_job_entry_point_stops_with_status_3_saying_what_was_lost(
     assert last["event"] == "stopped" and str(last["reason"]).startswith("data lost: ")
     assert "retention deleted offsets 400 to 899 (500 records)" in str(last["reason"])
     assert run.committed == [] and run.head_epoch == 1
+
+
+def test_values_parsed_at_once_equal_the_record_by_record_decoder() -> None:
+    from runners.engine.kafka_source import decode_values
+    from runners.engine.sources import decode_json_records
+
+    schema = {"key": "string", "value": "int64", "price": "float64", "ok": "bool"}
+    good = [
+        {"key": "a", "value": 1, "price": 0.1, "ok": True},
+        {"key": 'é\\n"q"', "value": -(2**62), "price": 3, "extra": {"nested": [1]}},
+        {"key": "c", "value": None, "price": 1e308, "ok": False},
+        {"value": 5, "key": "d"},
+    ]
+    records = [(i, json.dumps(r).encode()) for i, r in enumerate(good)]
+    fast = decode_values(records, schema, ("key",), "kafka", "t:0")
+    slow = decode_json_records(records, schema, ("key",), "kafka", "t:0")
+    assert fast.table.equals(slow.table) and fast.dead_letters == slow.dead_letters == []
+    # one bad record anywhere: every record is decoded on its own, the bad one is named
+    for bad, reason in [(b'{"key": "x", "value": 1.5}', "field 'value'"),
+                        (b'{"value": 2}', "missing field 'key'"),
+                        (b'{"key": "y"}\n{"key": "z"}', "Extra data"),
+                        (b"", "Expecting value")]:  # fmt: skip
+        mixed = [*records[:2], (2, bad), *records[2:]]
+        data = decode_values(mixed, schema, ("key",), "kafka", "t:0")
+        assert data.table.num_rows == 4 and [d.offset for d in data.dead_letters] == [2]
+        assert reason in data.dead_letters[0].reason
