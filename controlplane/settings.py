@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import dj_database_url
-from kombu import Queue
+from kombu import Exchange, Queue
 
 from controlplane import config
 
@@ -218,7 +218,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
 # `control` runs everything else — the reconciler, the run watch, lineage indexing, the
 # autoscaler, gc. The demo and the Helm chart give each queue workers of its own (`-Q`); a
 # worker started without `-Q` consumes both.
-CELERY_TASK_QUEUES = (Queue("control"), Queue("operations"))
+# Each queue has its own exchange and routing key: a Queue without them gets the default
+# queue's, and a message for one would reach both.
+_QUEUES = ("control", "operations")
+CELERY_TASK_QUEUES = tuple(Queue(name, Exchange(name), routing_key=name) for name in _QUEUES)
 CELERY_TASK_DEFAULT_QUEUE = "control"
 CELERY_TASK_ROUTES = {"epochal.run_operation": {"queue": "operations"}}
 

@@ -64,6 +64,20 @@ def wait(what: str, check: object, timeout: float, logs: list[Path]) -> None:
     raise AssertionError(f"timed out waiting for {what}\n{tails}")
 
 
+def test_operations_and_the_control_loop_are_routed_to_their_own_queues() -> None:
+    from controlplane.celery import app
+
+    router = app.amqp.router
+    for task, queue in (
+        ("epochal.run_operation", "operations"),
+        ("epochal.reconcile", "control"),
+        ("epochal.watch_runs", "control"),
+        ("epochal.autoscale", "control"),
+    ):
+        routed = router.route({}, task)["queue"]
+        assert (routed.name, routed.exchange.name, routed.routing_key) == (queue, queue, queue)
+
+
 @pytest.mark.timeout(300)
 def test_a_60_s_operation_does_not_delay_indexing_a_new_commit(tmp_path: Path) -> None:
     from django.db import connection
@@ -127,6 +141,11 @@ def test_a_60_s_operation_does_not_delay_indexing_a_new_commit(tmp_path: Path) -
         assert indexed_after < INDEX_WITHIN_S, (
             f"indexed {indexed_after:.1f} s after the commit, behind the operation"
         )
+        # each task reached its own queue's worker only
+        control_log, operations_log = (log.read_text(errors="replace") for log in logs)
+        assert "epochal.run_operation[" in operations_log
+        assert "epochal.run_operation[" not in control_log
+        assert "epochal.reconcile[" in control_log and "epochal.reconcile[" not in operations_log
     finally:
         Operation.objects.filter(pk=op.pk).update(state="cancelled")
         for worker in workers:
