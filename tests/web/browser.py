@@ -98,6 +98,13 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
+def close_pages(browser: Any) -> None:
+    """Close every page of `browser`: a page left open keeps polling the live server, whose
+    reads hold table locks that the test database's flush (TRUNCATE) deadlocks with."""
+    for context in list(browser.contexts):
+        context.close()
+
+
 def watched(browser: Any, base_url: str, *, width: int = 1440, height: int = 900) -> Watched:
     context = browser.new_context(viewport={"width": width, "height": height})
     context.set_default_timeout(30_000)

@@ -4,7 +4,7 @@ state), indexed into the database, with an application version and a job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,3 +167,14 @@ def build_lineage(tmp_path: Path, name: str = "clicks") -> Lineage:
 @pytest.fixture
 def lineage(store_url: str, users: dict[str, Any], tmp_path: Path) -> Lineage:  # noqa: F811
     return build_lineage(tmp_path)
+
+
+@pytest.fixture
+def pages_closed(browser: Any, transactional_db: None) -> Iterator[None]:
+    """The test's pages are closed before the database is flushed: a page left open keeps
+    polling the live server, whose reads deadlock with the flush's TRUNCATE. `browser` is
+    the requesting module's own (tests/web/browser.py `close_pages`)."""
+    yield
+    from tests.web.browser import close_pages
+
+    close_pages(browser)

@@ -101,6 +101,7 @@ def epoch_above(seen: Watched, number: int) -> None:
 @pytest.mark.timeout(1200)
 def test_dashboard_drives_a_running_job(
     browser: Any,
+    pages_closed: None,
     live_server: Any,
     control_plane: ControlPlane,
     tasks_to: None,

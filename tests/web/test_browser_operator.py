@@ -97,6 +97,7 @@ def richer(tmp_path: Path) -> Lineage:
 
 def test_an_operator_can_trust_what_the_pages_say(
     browser: Any,
+    pages_closed: None,
     live_server: Any,
     transactional_db: None,
     users: Any,
