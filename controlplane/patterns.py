@@ -14,7 +14,9 @@ from jsonschema import Draft4Validator, validators
 from jsonschema.exceptions import ValidationError as SchemaError
 from rest_framework import serializers
 
+from snapshots_store.errors import InvalidRevisionError
 from snapshots_store.patterns import whole_match
+from snapshots_store.revisions import parse_revision
 
 
 @deconstructible(path="controlplane.patterns.WholeRegexValidator")
@@ -35,8 +37,26 @@ def _whole_pattern(
         yield SchemaError(f"{instance!r} does not match {pattern!r}")
 
 
-SchemaValidator = validators.extend(Draft4Validator, {"pattern": _whole_pattern})
-"""JSON Schema draft 4 (what OpenAPI 3.0 speaks) with `pattern` over the whole string."""
+_DRAFT4_FORMAT = Draft4Validator.VALIDATORS["format"]
+REVISION_FORMAT = "revision"
+"""A JSON schema `format`: a revision, checked by `snapshots_store.revisions.parse_revision`."""
+
+
+def _format(
+    validator: Any, format: str, instance: Any, schema: Mapping[str, Any]
+) -> Iterator[SchemaError]:
+    if format == REVISION_FORMAT and validator.is_type(instance, "string"):
+        try:
+            parse_revision(instance)
+        except InvalidRevisionError as exc:
+            yield SchemaError(f"not a revision: {exc.detail}")
+        return
+    yield from _DRAFT4_FORMAT(validator, format, instance, schema)
+
+
+SchemaValidator = validators.extend(Draft4Validator, {"pattern": _whole_pattern, "format": _format})
+"""JSON Schema draft 4 (what OpenAPI 3.0 speaks) with `pattern` over the whole string and the
+``revision`` format parsed by the one revision grammar."""
 
 
 class WholeRegexField(serializers.CharField):

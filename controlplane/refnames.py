@@ -4,12 +4,11 @@ field. The rules (`snapshots_store.names`) are a strict subset of git's check-re
 
 from __future__ import annotations
 
-import re
-
 from controlplane.errors import InvalidRequest
-from snapshots_store.errors import InvalidNameError
+from snapshots_store.errors import InvalidNameError, InvalidRevisionError
 from snapshots_store.names import check_branch_name
-from snapshots_store.patterns import whole_match
+from snapshots_store.revisions import REVISION_PATTERN as PUBLISHED_REVISION_PATTERN
+from snapshots_store.revisions import parse_revision
 
 REF_PATTERN = (
     r"^(?=.{1,255}$)(?!.*\.\.)(?!.*\.lock(/|$))(?!.*\.$)"
@@ -17,12 +16,8 @@ REF_PATTERN = (
 )
 """Branch, tag and revision names as a regular expression (for schemas): the same rules."""
 
-REVISION_PATTERN = (
-    r"^(?=.{1,300}$)(?!.*\.\.)"
-    r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}(/[A-Za-z0-9][A-Za-z0-9._-]{0,99})*([~^][0-9]{0,9})*$"
-)
-"""A revision (`Repository.resolve`): a snapshot id or prefix, a branch or tag (``tags/x``
-too), followed by any ``~n`` / ``^n`` (n-th first parent, n-th parent)."""
+REVISION_PATTERN = PUBLISHED_REVISION_PATTERN
+"""A revision's shape for published schemas (`snapshots_store.revisions`); validators parse."""
 
 
 def checked_branch(value: object, *, field: str = "branch", what: str = "branch") -> str:
@@ -33,9 +28,6 @@ def checked_branch(value: object, *, field: str = "branch", what: str = "branch"
         raise InvalidRequest(
             f"{field}: {exc.reason} (got {str(value)[:100]!r})", fields={field: [exc.reason]}
         ) from None
-
-
-_REVISION = re.compile(REVISION_PATTERN)
 
 
 def _refuse_empty(value: str | None, field: str) -> None:
@@ -56,14 +48,15 @@ def checked_ref(value: str | None, *, field: str) -> str | None:
 
 
 def checked_revision(value: str | None, *, field: str) -> str | None:
-    """`value` when it is None (not given) or a revision (`REVISION_PATTERN`, the whole
-    string); InvalidRequest naming `field` otherwise — an empty one too — before any store is
-    asked to resolve it."""
+    """`value` when it is None (not given) or a revision (`snapshots_store.revisions`, the
+    whole string); InvalidRequest naming `field` otherwise — an empty one too — before any
+    store is asked to resolve it."""
     _refuse_empty(value, field)
-    if value is not None and whole_match(_REVISION, value) is None:
-        raise InvalidRequest(
-            f"{field}: not a revision (a snapshot id or prefix, a branch or tags/NAME, "
-            f"optionally followed by ~n or ^n; got {value[:100]!r})",
-            fields={field: ["not a revision"]},
-        )
+    if value is not None:
+        try:
+            parse_revision(value)
+        except InvalidRevisionError as exc:
+            raise InvalidRequest(
+                f"{field}: {exc}", fields={field: [f"not a revision: {exc.detail}"]}
+            ) from None
     return value

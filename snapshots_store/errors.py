@@ -112,5 +112,19 @@ class UnknownRevisionError(StoreError):
         )
 
 
+class InvalidRevisionError(UnknownRevisionError):
+    """A text that is no revision at all (`snapshots_store.revisions`), refused before I/O."""
+
+    def __init__(self, rev: str, detail: str) -> None:
+        self.rev = rev
+        self.detail = detail
+        StoreError.__init__(
+            self,
+            f"not a revision {rev[:100]!r}: {detail}; a revision is a snapshot id, a unique id "
+            "prefix of at least 8 hex digits, heads/<branch>, tags/<tag> or a branch name, "
+            "followed by any ~N (N-th first parent) or ^N (N-th parent)",
+        )
+
+
 class StoreConfigError(StoreError):
     """The store URL, backend or server cannot give the guarantees the store needs."""

@@ -10,7 +10,6 @@ and `fsck.check_repository(repo)`.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,7 +22,6 @@ from snapshots_store.codec import format_timestamp
 from snapshots_store.control import ControlStore
 from snapshots_store.diff import SnapshotDiff, diff_manifests
 from snapshots_store.errors import (
-    InvalidNameError,
     MalformedManifestError,
     ObjectNotFoundError,
     RefConflictError,
@@ -33,17 +31,16 @@ from snapshots_store.errors import (
 )
 from snapshots_store.manifest import Manifest
 from snapshots_store.names import check_branch_name, check_namespace, check_ref_name
-from snapshots_store.objects import ObjectStore, check_kind, check_object_id, is_object_id
+from snapshots_store.objects import ObjectStore, check_kind, check_object_id
 from snapshots_store.packs import PACK_BYTES, ChunkReader, chunk_ref, plan_packs
 from snapshots_store.reflog import ReflogEntry, read_history
 from snapshots_store.refs import RefStore, RefValue
+from snapshots_store.revisions import Revision, parse_revision
 
 if TYPE_CHECKING:
     from snapshots_store.backends.s3 import S3Credentials
 
-_SUFFIX = re.compile(r"(?:~(\d*)|\^(\d*))\Z")
 _MANIFEST_CACHE_SIZE = 4096
-MIN_PREFIX = 8
 
 
 def _utc_now() -> datetime:
@@ -298,40 +295,30 @@ class Repository:
     # -- revisions -------------------------------------------------------------------------
 
     def resolve(self, rev: str) -> str:
-        """The snapshot id a revision names.
+        """The snapshot id a revision names (`snapshots_store.revisions`: a full id,
+        ``heads/x`` / ``tags/y``, a bare branch then tag name, a unique id prefix of at least
+        8 hex digits, then any ``~n`` / ``^n`` steps). InvalidRevisionError for a text that is
+        no revision, UnknownRevisionError for one that names no snapshot."""
+        parsed = parse_revision(rev)
+        snapshot_id = self._resolve_base(parsed)
+        for taken, step in enumerate(parsed.steps):
+            if step.kind == "~":
+                snapshot_id = self._ancestor(parsed, taken, snapshot_id)
+            elif step.count:
+                snapshot_id = self._parent(rev, snapshot_id, step.count)
+        return snapshot_id
 
-        Accepted: a full id; ``heads/x`` / ``tags/y`` (or ``refs/…``); a bare branch name,
-        then a bare tag name; a unique id prefix of at least 8 hex digits; any of these
-        followed by ``~n`` (n-th first parent) or ``^n`` (n-th parent) suffixes.
-        """
-        if not isinstance(rev, str) or not rev or "\0" in rev:
-            raise UnknownRevisionError(str(rev), "a revision is a non-empty string")
-        match = _SUFFIX.search(rev)
-        if match and match.start() > 0:
-            base = self.resolve(rev[: match.start()])
-            if match.group(1) is not None:
-                steps = int(match.group(1) or 1)
-                for step in range(steps):
-                    if not self.read_manifest(base).parents:
-                        prefix = rev[: match.start()]
-                        raise UnknownRevisionError(
-                            rev,
-                            f"it goes back past the root: {prefix}~{step} is the first commit "
-                            f"of its line ({base[:12]}), {steps - step} step(s) short of "
-                            f"{steps}; use {prefix}~{step} or less",
-                        )
-                    base = self._parent(rev, base, 1)
-                return base
-            return self._parent(rev, base, int(match.group(2) or 1))
-        if is_object_id(rev):
+    def _resolve_base(self, parsed: Revision) -> str:
+        rev = parsed.base
+        if parsed.object_id is not None:
             if not self.has_object(rev):
                 raise UnknownRevisionError(rev, "no object with this id is stored")
             return rev
-        for candidate in self._ref_candidates(rev):
+        for candidate in parsed.refs:
             value = self.refs.read(candidate)
             if value is not None:
                 return value.target
-        if re.fullmatch(r"[0-9a-f]+", rev) and len(rev) >= MIN_PREFIX:
+        if parsed.prefix is not None:
             found = self.objects.ids_with_prefix(rev)
             if len(found) > 1:
                 found = [oid for oid in found if self._is_manifest(oid)]
@@ -341,16 +328,21 @@ class Repository:
                 raise UnknownRevisionError(rev, f"the prefix is ambiguous ({len(found)} snapshots)")
         raise UnknownRevisionError(rev, "no ref or snapshot matches")
 
-    def _ref_candidates(self, rev: str) -> list[str]:
-        try:
-            return [check_ref_name(rev)]
-        except InvalidNameError:
-            pass
-        try:
-            check_branch_name(rev)
-        except InvalidNameError:
-            return []
-        return [f"heads/{rev}", f"tags/{rev}"]
+    def _ancestor(self, parsed: Revision, taken: int, snapshot_id: str) -> str:
+        """``~count`` of step `taken` from `snapshot_id`: its count-th first-parent ancestor."""
+        steps = parsed.steps[taken].count
+        prefix = parsed.through(taken)
+        for step in range(steps):
+            parents = self.read_manifest(snapshot_id).parents
+            if not parents:
+                raise UnknownRevisionError(
+                    parsed.text,
+                    f"it goes back past the root: {prefix}~{step} is the first commit "
+                    f"of its line ({snapshot_id[:12]}), {steps - step} step(s) short of "
+                    f"{steps}; use {prefix}~{step} or less",
+                )
+            snapshot_id = parents[0]
+        return snapshot_id
 
     def _is_manifest(self, oid: str) -> bool:
         try:
@@ -360,7 +352,7 @@ class Repository:
 
     def _parent(self, rev: str, snapshot_id: str, n: int) -> str:
         parents = self.read_manifest(snapshot_id).parents
-        if n < 1 or n > len(parents):
+        if n > len(parents):
             raise UnknownRevisionError(rev, f"snapshot {snapshot_id} has {len(parents)} parent(s)")
         return parents[n - 1]
 

@@ -15,6 +15,7 @@ from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 
 from controlplane.api.errors import ErrorSerializer
+from controlplane.patterns import REVISION_FORMAT
 from controlplane.refnames import REF_PATTERN, REVISION_PATTERN
 
 _DESCRIPTIONS = {
@@ -58,7 +59,7 @@ def error(description: str) -> OpenApiResponse:
 
 
 REF = {"type": "string", "pattern": REF_PATTERN}
-REVISION = {"type": "string", "pattern": REVISION_PATTERN}
+REVISION = {"type": "string", "format": REVISION_FORMAT, "pattern": REVISION_PATTERN}
 
 NO_NUL = "^[^\\x00]*$"
 """Strings the server takes: anything but NUL (no database stores one; it answers 400)."""

@@ -15,9 +15,9 @@ class UnknownRevisionError(LineageError):
         self.rev = rev
         if not hint and ("~" in rev or "^" in rev):
             hint = (
-                "the index does not follow ~n / ^n: name the snapshot by id, or resolve the "
-                f"revision in the store with `epochal store --application {application} "
-                f"resolve '{rev}'`"
+                "a step may go back past the root or name a parent the snapshot lacks: "
+                f"`epochal store --application {application} resolve '{rev}'` says where it "
+                "stops; or the snapshot is not indexed yet (`manage.py reindex`)"
             )
         hint = hint or "it may not be indexed yet: run `manage.py reindex --application NAME`"
         super().__init__(

@@ -38,9 +38,11 @@ from controlplane.lineage.models import (
     Snapshot,
     Tag,
 )
+from controlplane.lineage.revision_sql import revision_sql
+from snapshots_store.errors import InvalidRevisionError
+from snapshots_store.revisions import parse_revision
 
 MAX_PAGE = 1000
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 _CURSOR = re.compile(r"(\d+):([0-9a-f]{64})")
 _FIRST_BATCH = 4  # chains read by the first statement of a page; doubled for each next one
 _UNION_TERMS = 64  # at most this many per statement (SQLite allows 500 compound terms)
@@ -171,8 +173,8 @@ class _Point:
 
 
 def snapshot_get(*, application: Application, rev: str) -> Snapshot:
-    """The snapshot `rev` names: a 64-hex id, ``heads/x``, ``tags/y``, or a bare branch
-    then tag name. UnknownRevisionError otherwise. One statement."""
+    """The snapshot `rev` names (a revision: `snapshots_store.revisions`).
+    UnknownRevisionError otherwise. One statement."""
     sql, params = _point_sql(application, rev)
     found = Snapshot.objects.filter(pk=RawSQL(f"SELECT id FROM ({sql}) AS point", params)).first()
     if found is None:
@@ -185,37 +187,13 @@ _Seed = tuple[str, list[Any]]  # SQL selecting at most one (chain_id, generation
 
 def _point_sql(application: Application, rev: str) -> _Seed:
     """SQL selecting (id, snapshot_id, chain_id, generation) of the snapshot `rev` names
-    (no row when it names none): a 64-hex id, ``heads/x``, ``tags/y``, or a bare branch
-    then tag name."""
-    if not isinstance(rev, str) or not rev:
-        raise UnknownRevisionError(application.name, repr(rev), "a revision is a non-empty string")
-    point = (
-        "s.id AS id, s.snapshot_id AS snapshot_id, s.chain_id AS chain_id, "
-        "s.generation AS generation"
-    )
-    if _HEX64.fullmatch(rev):
-        return (
-            f"SELECT {point} FROM {_SNAPSHOT} s WHERE s.application_id = %s AND s.snapshot_id = %s",
-            [application.pk, rev],
-        )
-    if rev.startswith("heads/"):
-        refs = [(_BRANCH, "head_id", rev.removeprefix("heads/"))]
-    elif rev.startswith("tags/"):
-        refs = [(_TAG, "target_id", rev.removeprefix("tags/"))]
-    else:
-        refs = [(_BRANCH, "head_id", rev), (_TAG, "target_id", rev)]
-    terms, params = [], []
-    for order, (table, column, name) in enumerate(refs):
-        terms.append(
-            f"SELECT {order} AS o, {point} FROM {table} r JOIN {_SNAPSHOT} s "
-            f"ON s.id = r.{column} WHERE r.application_id = %s AND r.name = %s"
-        )
-        params += [application.pk, name]
-    return (
-        f"SELECT id, snapshot_id, chain_id, generation FROM ({' UNION ALL '.join(terms)}) "
-        "AS refs ORDER BY o LIMIT 1",
-        params,
-    )
+    (no row when it names none): a revision as `Repository.resolve` reads it, compiled by
+    `revision_sql`."""
+    try:
+        parsed = parse_revision(rev)
+    except InvalidRevisionError as exc:
+        raise UnknownRevisionError(application.name, str(rev)[:100], exc.detail) from None
+    return revision_sql(application.pk, parsed)
 
 
 def _resolve(application: Application, *revs: str) -> list[_Point]:

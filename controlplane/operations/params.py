@@ -19,11 +19,11 @@ from controlplane.jobs.spark_conf import OPERATOR_SPARK_CONF, spark_conf_schema
 from controlplane.operations.kinds.align import COMMANDS
 from controlplane.operations.kinds.common import MAX_WAIT_S
 from controlplane.operations.kinds.rescale import MODES as RESCALE_MODES
-from controlplane.patterns import SchemaValidator
+from controlplane.patterns import REVISION_FORMAT, SchemaValidator
 from controlplane.refnames import REF_PATTERN, REVISION_PATTERN
 
 _REF: Final = {"type": "string", "pattern": REF_PATTERN}
-_REVISION: Final = {"type": "string", "pattern": REVISION_PATTERN}
+_REVISION: Final = {"type": "string", "format": REVISION_FORMAT, "pattern": REVISION_PATTERN}
 _NAME: Final = {"type": "string", "pattern": NAME_PATTERN}
 _BOOL: Final = {"type": "boolean"}
 _EPOCH: Final = {"type": "integer", "minimum": 1}
