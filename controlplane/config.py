@@ -15,6 +15,13 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("EPOCHAL_VAR_DIR", BASE_DIR / "var")).resolve()
 
 
+def secret_from_environment(name: str) -> str:
+    """The value of the environment variable an admin's registration names (a store's
+    credentials), read when it is used so that a rotated secret needs no restart; "" unset.
+    The one read of the environment outside the settings."""
+    return os.environ.get(name, "")
+
+
 def env(name: str, default: str) -> str:
     value = os.environ.get(name, "").strip()
     return value or default

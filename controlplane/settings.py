@@ -321,7 +321,17 @@ EPOCHAL_API_ADDRESS_RATE = config.env("EPOCHAL_API_ADDRESS_RATE", "")
 EPOCHAL_METRICS_TOKEN = config.env("EPOCHAL_METRICS_TOKEN", "")
 EPOCHAL_METRICS_COMMIT_WINDOW = int(config.env("EPOCHAL_METRICS_COMMIT_WINDOW", "500"))
 # Dashboard: a running job with input waiting and no commit for this long shows an alarm.
+# The demo's brokers (`manage.py demo`), as the test suite and bin/services name them.
+EPOCHAL_DEMO_RABBITMQ_STREAM_URL = config.env(
+    "RABBITMQ_STREAM_URL", "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
+)
+EPOCHAL_DEMO_KAFKA_BOOTSTRAP_SERVERS = config.env("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+# A running job with input waiting and no commit for this long raises an alarm.
 EPOCHAL_STALL_AFTER_S = float(config.env("EPOCHAL_STALL_AFTER_S", "120"))
+# A downstream job more than this many upstream epochs behind raises the web's lag alarm.
+EPOCHAL_WEB_LAG_ALARM_EPOCHS = config.env_int("EPOCHAL_WEB_LAG_ALARM_EPOCHS", 3)
+# Fault injection for tests only (`controlplane.operations.executor`): never set in production.
+EPOCHAL_OPERATION_CRASH_AT = config.env("EPOCHAL_OPERATION_CRASH_AT", "")
 
 LOGGING = {
     "version": 1,

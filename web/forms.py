@@ -13,6 +13,7 @@ from controlplane.applications.stores import store_list
 from controlplane.jobs.spark_conf import OPERATOR_SPARK_CONF
 from controlplane.operations.kinds.migrate import MODES as MIGRATE_MODES
 from controlplane.operations.kinds.rescale import MODES as RESCALE_MODES
+from controlplane.operations.models import IDEMPOTENCY_KEY_MAX
 from runners import entry_points
 
 MIGRATE_WORDS = {
@@ -28,7 +29,9 @@ class ActionForm(forms.Form):
         max_length=1000,
         widget=forms.TextInput(attrs={"placeholder": "why (kept in the audit log)"}),
     )
-    idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=200, required=False)
+    idempotency_key = forms.CharField(
+        widget=forms.HiddenInput, max_length=IDEMPOTENCY_KEY_MAX, required=False
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

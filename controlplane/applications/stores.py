@@ -7,12 +7,11 @@ secret), never stored: `store_repository` reads the variables when the store is 
 
 from __future__ import annotations
 
-import os
-
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from controlplane.applications.models import Store
+from controlplane.config import secret_from_environment
 from controlplane.errors import Conflict, InvalidRequest, OperationFailed
 from runners.local import CREDENTIAL_NAMES
 from snapshots_store import Repository
@@ -49,7 +48,7 @@ def store_credentials(store: Store) -> S3Credentials | None:
     if not store.credentials_env:
         return None
     key_id, secret, token = credential_variables(store)
-    missing = [name for name in (key_id, secret) if not os.environ.get(name)]
+    missing = [name for name in (key_id, secret) if not secret_from_environment(name)]
     if missing:
         raise StoreCredentialsMissing(
             f"store {store.name!r} takes its credentials from the environment variables "
@@ -60,7 +59,11 @@ def store_credentials(store: Store) -> S3Credentials | None:
             "retry; nothing was written",
             detail={"store": store.name, "missing": missing},
         )
-    return S3Credentials(os.environ[key_id], os.environ[secret], os.environ.get(token) or None)
+    return S3Credentials(
+        secret_from_environment(key_id),
+        secret_from_environment(secret),
+        secret_from_environment(token) or None,
+    )
 
 
 def store_repository(store: Store, namespace: str) -> Repository:

@@ -25,9 +25,6 @@ from controlplane.jobs.selectors import UNKNOWN, ShownState, job_shown_state, ru
 from controlplane.lineage.models import Branch, Snapshot
 from controlplane.operations.models import ACTIVE_STATES, Operation
 
-#: A running job with input waiting and no commit for this long raises an alarm.
-DEFAULT_STALL_AFTER_S = 120.0
-
 
 @dataclass(frozen=True)
 class InputBacklog:
@@ -55,7 +52,8 @@ class JobHealth:
 
 
 def stall_after_s() -> float:
-    return float(getattr(settings, "EPOCHAL_STALL_AFTER_S", DEFAULT_STALL_AFTER_S))
+    """A running job with input waiting and no commit for this long raises an alarm."""
+    return float(settings.EPOCHAL_STALL_AFTER_S)
 
 
 # -- input backlog --------------------------------------------------------------------------

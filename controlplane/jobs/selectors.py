@@ -76,7 +76,7 @@ def job_run_get(job: Job, *, run_id: str) -> Run:
 
 def unwatched_after_s() -> float:
     """A run nobody has watched for this long has an unknown state."""
-    return float(getattr(settings, "EPOCHAL_UNWATCHED_AFTER_S", 30.0))
+    return float(settings.EPOCHAL_UNWATCHED_AFTER_S)
 
 
 def runs_watched_at() -> dt.datetime | None:

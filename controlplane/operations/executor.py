@@ -49,7 +49,7 @@ def _maybe_crash(kind: str, phase: str, when: str) -> None:
     """Fault injection for tests: ``EPOCHAL_OPERATION_CRASH_AT=<kind>:<phase>[:before|after]``
     SIGKILLs the worker right before a phase runs or right after it acted but before its
     success is recorded (default: after). Never set in production."""
-    raw = os.environ.get(CRASH_ENV, "")
+    raw = str(settings.EPOCHAL_OPERATION_CRASH_AT)
     if not raw:
         return
     parts = raw.split(":")
@@ -64,7 +64,7 @@ def worker_id() -> str:
 
 
 def _lease_s() -> float:
-    return float(getattr(settings, "EPOCHAL_OPERATION_LEASE_S", 30))
+    return float(settings.EPOCHAL_OPERATION_LEASE_S)
 
 
 def _now() -> dt.datetime:
@@ -276,7 +276,7 @@ def _mark_phase_failed(operation: Operation, message: str) -> None:
 
 
 def _retry_or_fail(operation: Operation, exc: Exception) -> str:
-    limit = int(getattr(settings, "EPOCHAL_OPERATION_MAX_ATTEMPTS", 3))
+    limit = int(settings.EPOCHAL_OPERATION_MAX_ATTEMPTS)
     operation.refresh_from_db(fields=["attempts"])
     trace = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     log.exception("operation %s: phase %s raised", operation.pk, operation.current_phase)

@@ -18,6 +18,9 @@ from django.db import models
 from controlplane.applications.models import Application
 from controlplane.jobs.models import Job
 
+IDEMPOTENCY_KEY_MAX = 200
+"""The longest idempotency key a request may carry (characters)."""
+
 
 class OperationKind(models.TextChoices):
     START = "start"
@@ -59,7 +62,7 @@ class Operation(models.Model):
     )
     params = models.JSONField(default=dict)
     reason = models.TextField(blank=True, default="")
-    idempotency_key = models.CharField(max_length=200, blank=True, default="")
+    idempotency_key = models.CharField(max_length=IDEMPOTENCY_KEY_MAX, blank=True, default="")
     request_fingerprint = models.CharField(
         max_length=64,
         blank=True,

@@ -1,6 +1,9 @@
 """Each operation kind's parameters as a JSON schema: the one declaration the server checks a
 request against (400 naming the field) and the OpenAPI schema publishes (a `oneOf` per kind).
 
+It is also where each kind's parameter names and defaults come from: a kind's `clean` asks
+`allowed_names` and `default_of` rather than listing them again.
+
 What the schema accepts is well-formed; what a kind's `clean` then refuses depends on the job,
 its lineage or other jobs (an unknown snapshot, a parallelism above M, nothing to change) and
 is a 409 or 422, never a 400 (controlplane/operations/services.py).
@@ -16,28 +19,37 @@ from jsonschema.exceptions import ValidationError
 from controlplane.applications.models import JOB_NAME_PATTERN, MAX_PARALLELISM_LIMIT, NAME_PATTERN
 from controlplane.errors import InvalidRequest
 from controlplane.jobs.spark_conf import OPERATOR_SPARK_CONF, spark_conf_schema
-from controlplane.operations.kinds.align import COMMANDS
-from controlplane.operations.kinds.common import MAX_WAIT_S
-from controlplane.operations.kinds.rescale import MODES as RESCALE_MODES
 from controlplane.patterns import REVISION_FORMAT, SchemaValidator
 from controlplane.refnames import REF_PATTERN, REVISION_PATTERN
+
+MAX_WAIT_S: Final = 86400.0
+"""The longest any timeout or deadline of an operation may be (one day)."""
+RESCALE_MODES: Final = ("live", "restart", "auto")
+MIGRATE_MODES: Final = ("copy", "transform", "rehash")
+ALIGN_COMMANDS: Final = ("align", "catch_up", "abort")
 
 _REF: Final = {"type": "string", "pattern": REF_PATTERN}
 _REVISION: Final = {"type": "string", "format": REVISION_FORMAT, "pattern": REVISION_PATTERN}
 _NAME: Final = {"type": "string", "pattern": NAME_PATTERN}
-_BOOL: Final = {"type": "boolean"}
 _EPOCH: Final = {"type": "integer", "minimum": 1}
 _PARALLELISM: Final = {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELISM_LIMIT}
 
 
-def _seconds(description: str) -> dict[str, Any]:
-    return {
+def _seconds(description: str, default: float | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {
         "type": "number",
         "minimum": 0,
         "exclusiveMinimum": True,
         "maximum": MAX_WAIT_S,
         "description": f"{description} (seconds, above 0, at most one day).",
     }
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def _flag(default: bool = False) -> dict[str, Any]:
+    return {"type": "boolean", "default": default}
 
 
 def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -51,26 +63,28 @@ def _object(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[
     return schema
 
 
-_STOP_DEADLINE: Final = _seconds("How long to wait for the job to stop at an epoch boundary")
-_START_TIMEOUT: Final = _seconds("How long to wait for the relaunched run to start")
+_STOP_DEADLINE: Final = _seconds(
+    "How long to wait for the job to stop at an epoch boundary", default=60.0
+)
+_START_TIMEOUT: Final = _seconds("How long to wait for the relaunched run to start", 180.0)
 _JSON_OBJECT: Final = {"type": "object"}
 
 PARAMS: Final[Mapping[str, dict[str, Any]]] = {
-    "start": _object({"from_empty": _BOOL, "start_timeout_s": _START_TIMEOUT}),
+    "start": _object({"from_empty": _flag(), "start_timeout_s": _START_TIMEOUT}),
     "stop": _object({"stop_deadline_s": _STOP_DEADLINE}),
     "savepoint": _object(
         {
             "name": {**_REF, "description": "The tag's name (default: generated)."},
             "snapshot": {**_REVISION, "description": "Tag this revision (default: the head)."},
-            "force_epoch": {**_BOOL, "description": "Commit an epoch first (not with snapshot)."},
-            "timeout_s": _seconds("How long to wait for the forced epoch"),
+            "force_epoch": {**_flag(), "description": "Commit an epoch first (not with snapshot)."},
+            "timeout_s": _seconds("How long to wait for the forced epoch", 300.0),
         }
     ),
     "rescale": _object(
         {
             "parallelism": _PARALLELISM,
-            "mode": {"type": "string", "enum": list(RESCALE_MODES)},
-            "timeout_s": _seconds("How long the rescale may take"),
+            "mode": {"type": "string", "enum": list(RESCALE_MODES), "default": "auto"},
+            "timeout_s": _seconds("How long the rescale may take", 300.0),
             "stop_deadline_s": _STOP_DEADLINE,
         },
         required=("parallelism",),
@@ -91,7 +105,7 @@ PARAMS: Final[Mapping[str, dict[str, Any]]] = {
             "version": {"type": "integer", "minimum": 1, "description": "An existing version."},
             "parallelism": _PARALLELISM,
             "spark_conf": spark_conf_schema(),
-            "start": _BOOL,
+            "start": _flag(),
             "start_timeout_s": _START_TIMEOUT,
             "job": {
                 "type": "string",
@@ -146,10 +160,10 @@ PARAMS: Final[Mapping[str, dict[str, Any]]] = {
     "align": _object(
         {
             "upstream_job": {**_NAME, "description": "The job whose branch output this reads."},
-            "source": {**_NAME, "description": "The source's name (default upstream)."},
-            "command": {"type": "string", "enum": list(COMMANDS)},
+            "source": {**_NAME, "description": "The source's name.", "default": "upstream"},
+            "command": {"type": "string", "enum": list(ALIGN_COMMANDS), "default": "align"},
             "from_epoch": _EPOCH,
-            "timeout_s": _seconds("How long the alignment may take"),
+            "timeout_s": _seconds("How long the alignment may take", 600.0),
         },
         required=("upstream_job",),
     ),
@@ -157,8 +171,8 @@ PARAMS: Final[Mapping[str, dict[str, Any]]] = {
         {
             "new_job": {**_NAME, "description": "The job that takes over."},
             "swap_epoch": _EPOCH,
-            "lead_epochs": {"type": "integer", "minimum": 1},
-            "timeout_s": _seconds("How long the swap may take"),
+            "lead_epochs": {"type": "integer", "minimum": 1, "default": 3},
+            "timeout_s": _seconds("How long the swap may take", 900.0),
         },
         required=("new_job",),
     ),
@@ -245,4 +259,38 @@ def params_schema(kind: str) -> dict[str, Any]:
     return PARAMS[kind]
 
 
-__all__ = ["PARAMS", "check_params", "params_schema"]
+def _properties(kind: str) -> dict[str, Any]:
+    """Every parameter the kind's schema declares (over all of its variants)."""
+    schema = PARAMS[kind]
+    properties: dict[str, Any] = {}
+    for variant in schema.get("oneOf", [schema]):
+        properties.update(variant["properties"])
+    return properties
+
+
+def allowed_names(kind: str) -> frozenset[str]:
+    """The parameter names the kind takes."""
+    return frozenset(_properties(kind))
+
+
+def default_of(kind: str, name: str) -> Any:
+    """The default the kind's schema declares for parameter `name` (KeyError when none)."""
+    return _properties(kind)[name]["default"]
+
+
+ADMIN_ONLY_PARAMS: Final[Mapping[str, frozenset[str]]] = {
+    "fork": frozenset({"job", "code_version", "config"}),
+}
+"""Per kind, the parameters only an admin may give (they choose code)."""
+
+DEFAULT_STOP_DEADLINE_S: Final[float] = _STOP_DEADLINE["default"]
+DEFAULT_START_TIMEOUT_S: Final[float] = _START_TIMEOUT["default"]
+
+
+__all__ = [
+    "PARAMS",
+    "allowed_names",
+    "check_params",
+    "default_of",
+    "params_schema",
+]

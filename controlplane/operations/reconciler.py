@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 
 def _lease() -> dt.timedelta:
-    return dt.timedelta(seconds=float(getattr(settings, "EPOCHAL_OPERATION_LEASE_S", 30)))
+    return dt.timedelta(seconds=float(settings.EPOCHAL_OPERATION_LEASE_S))
 
 
 def reconcile_operations() -> int:
@@ -77,7 +77,7 @@ def _backoff(job: Job) -> dt.timedelta:
 
 
 def _restart_reset_after() -> dt.timedelta:
-    return dt.timedelta(seconds=float(getattr(settings, "EPOCHAL_RESTART_RESET_AFTER_S", 600)))
+    return dt.timedelta(seconds=float(settings.EPOCHAL_RESTART_RESET_AFTER_S))
 
 
 def _forgive_restarts(now: dt.datetime) -> int:
@@ -244,7 +244,7 @@ def reconcile_all() -> dict[str, int]:
 
 def collect_garbage_all() -> dict[str, int]:
     """Apply retention to every application's store; clean up long-finished runs."""
-    retention = dt.timedelta(days=float(getattr(settings, "EPOCHAL_GC_RETENTION_DAYS", 7)))
+    retention = dt.timedelta(days=float(settings.EPOCHAL_GC_RETENTION_DAYS))
     removed = 0
     for application in Application.objects.all():
         try:

@@ -33,7 +33,12 @@ from controlplane.errors import (
 from controlplane.jobs.models import Job
 from controlplane.operations.executor import phase_records
 from controlplane.operations.framework import Target
-from controlplane.operations.models import ACTIVE_STATES, Operation, OperationState
+from controlplane.operations.models import (
+    ACTIVE_STATES,
+    IDEMPOTENCY_KEY_MAX,
+    Operation,
+    OperationState,
+)
 from controlplane.operations.params import check_params
 from controlplane.operations.registry import operation_spec
 
@@ -115,14 +120,6 @@ def _running_conflict(job: Job) -> Conflict:
     )
 
 
-def idempotent_earlier(
-    *, user: AbstractBaseUser | AnonymousUser | None, idempotency_key: str, fingerprint: str = ""
-) -> Operation | None:
-    """The operation `user`'s earlier request with this key made (422 if it was another)."""
-    requester = _user(user)
-    return _keyed(requester, idempotency_key, fingerprint) if requester is not None else None
-
-
 def _branch_conflict(application: Application, branch: str) -> Conflict:
     other = Operation.objects.filter(
         application=application, target_branch=branch, state__in=ACTIVE_STATES
@@ -150,13 +147,52 @@ def operation_request(
     via: str = "api",
     dispatch: bool = True,
 ) -> Requested:
-    """Validate and record an operation, then dispatch it to a worker (after commit)."""
+    """Validate and record an operation, then dispatch it to a worker (after commit).
+
+    Idempotent replay is decided here and only here: a request whose key an earlier request
+    of the same user carried gets that request's operation (`created=False`) — also when a
+    concurrent request with the key committed while this one was checked (which would
+    otherwise look like a conflict)."""
+    requester = _user(user)
+    try:
+        return _operation_record(
+            kind=kind,
+            application=application,
+            job=job,
+            params=params,
+            user=user,
+            idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
+            reason=reason,
+            via=via,
+            dispatch=dispatch,
+        )
+    except Conflict:
+        replay = _keyed(requester, idempotency_key, fingerprint)
+        if replay is None:
+            raise
+        return Requested(replay, created=False)
+
+
+def _operation_record(
+    *,
+    kind: str,
+    application: Application,
+    job: Job | None,
+    params: Mapping[str, Any] | None,
+    user: AbstractBaseUser | AnonymousUser | None,
+    idempotency_key: str,
+    fingerprint: str,
+    reason: str,
+    via: str,
+    dispatch: bool,
+) -> Requested:
     params = dict(params or {})
     requester = _user(user)
-    if len(idempotency_key) > 200:
+    if len(idempotency_key) > IDEMPOTENCY_KEY_MAX:
         raise InvalidRequest(
-            "the idempotency key is longer than 200 characters",
-            fields={"idempotency_key": ["at most 200 characters"]},
+            f"the idempotency key is longer than {IDEMPOTENCY_KEY_MAX} characters",
+            fields={"idempotency_key": [f"at most {IDEMPOTENCY_KEY_MAX} characters"]},
         )
     earlier = _keyed(requester, idempotency_key, fingerprint)
     if earlier is not None:
@@ -172,12 +208,7 @@ def operation_request(
         raise InvalidRequest(f"job {job.name} belongs to another application")
     active = Operation.objects.filter(job=job, state__in=ACTIVE_STATES)
     if job is not None and spec.needs_job and active.exists():
-        # A concurrent request with the same key may have committed since the first look:
-        # that is a replay, not a conflict.
-        replay = _keyed(requester, idempotency_key, fingerprint)
-        if replay is not None:
-            return Requested(replay, created=False)
-        raise _running_conflict(job)
+        raise _running_conflict(job)  # or a replay: `operation_request` looks again
     try:
         cleaned = spec.clean(params, Target(application=application, job=job, user=user))
     except InvalidRequest as exc:

@@ -10,10 +10,11 @@ before it exists, with an error naming the cycle.
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from django.conf import settings
 
 from controlplane.errors import InvalidRequest
 from controlplane.jobs.models import Job
@@ -23,12 +24,10 @@ from runners.engine.branch_source import INPUTS, BranchOutputSource, upstream_ep
 from runners.engine.fan_in import fan_in_offsets, flatten_inputs
 from snapshots_store import StoreError
 
-#: a downstream more than this many upstream epochs behind raises the lag alarm
-LAG_ALARM_ENV = "EPOCHAL_WEB_LAG_ALARM_EPOCHS"
-
 
 def lag_alarm_epochs() -> int:
-    return int(os.environ.get(LAG_ALARM_ENV, "3"))
+    """A downstream more than this many upstream epochs behind raises the lag alarm."""
+    return int(settings.EPOCHAL_WEB_LAG_ALARM_EPOCHS)
 
 
 @dataclass(frozen=True)

@@ -53,12 +53,12 @@ def web(spark: Any, tmp_path: Path) -> dict[str, Any]:
     return locals()
 
 
-def test_align_operation_runs_the_protocol(web: dict[str, Any], monkeypatch: Any) -> None:
+def test_align_operation_runs_the_protocol(web: dict[str, Any], settings: Any) -> None:
     graph = web_graph()
     (edge,) = graph["edges"]
     assert (edge["upstream"], edge["downstream"]) == ("counts-main", "echo-main")
     assert edge["state"] == "unaligned" and edge["lag"] == 2 and not edge["lag_alarm"]
-    monkeypatch.setenv("EPOCHAL_WEB_LAG_ALARM_EPOCHS", "1")
+    settings.EPOCHAL_WEB_LAG_ALARM_EPOCHS = 1
     assert web_graph()["edges"][0]["lag_alarm"]
     requested = operation_request(
         kind="align",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.test import Client
@@ -41,7 +42,7 @@ def commit(job: Job, epoch: int, **fields: object) -> None:
 
 
 def test_the_web_shows_edges_with_lag_and_alarm(
-    client_for: Callable[[str | None], Client], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    client_for: Callable[[str | None], Client], tmp_path: Path, settings: Any
 ) -> None:
     store = f"file://{tmp_path / 'store'}"
     up = make_job("counts", store)
@@ -62,7 +63,7 @@ def test_the_web_shows_edges_with_lag_and_alarm(
         }
     }
     commit(down, 1, offsets={"upstream": {"epoch": 1, "snapshot": 0}}, extra={"inputs": inputs})
-    monkeypatch.setenv("EPOCHAL_WEB_LAG_ALARM_EPOCHS", "2")
+    settings.EPOCHAL_WEB_LAG_ALARM_EPOCHS = 2
 
     response = client_for("viewer").get("/web/")
     assert response.status_code == 200

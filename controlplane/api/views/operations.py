@@ -29,11 +29,11 @@ from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_get
 from controlplane.changes.feed import wait_for_change
 from controlplane.changes.keys import operation_key
-from controlplane.errors import Conflict, InvalidRequest
+from controlplane.errors import InvalidRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.selectors import job_get
 from controlplane.operations import selectors, services
-from controlplane.operations.models import OperationKind, OperationState
+from controlplane.operations.models import IDEMPOTENCY_KEY_MAX, OperationKind, OperationState
 
 TAGS = ["operations"]
 
@@ -41,7 +41,8 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",
     str,
     location=OpenApiParameter.HEADER,
-    description="Up to 200 characters. Repeating the same request (same user, method, path "
+    description=f"Up to {IDEMPOTENCY_KEY_MAX} characters. Repeating the same request (same user, "
+    "method, path "
     "and body) with it returns the first one's operation (200, `Idempotent-Replayed: true`); "
     "a different request with the same key gets 422 `idempotency_key_reused`.",
 )
@@ -64,27 +65,17 @@ def _request(
     fingerprint = services.request_fingerprint(
         user=request.user, method=request.method or "", path=request.path, body=request.data
     )
-    try:
-        requested = services.operation_request(
-            kind=body.validated_data["kind"],
-            application=application,
-            job=job,
-            params=body.validated_data["params"],
-            reason=body.validated_data["reason"],
-            user=request.user,
-            idempotency_key=key,
-            fingerprint=fingerprint,
-            via="api",
-        )
-    except Conflict:
-        # A concurrent request with the same key may have committed between the service's
-        # key lookup and its conflict check: then this is a replay, not a conflict.
-        earlier = services.idempotent_earlier(
-            user=request.user, idempotency_key=key, fingerprint=fingerprint
-        )
-        if earlier is None:
-            raise
-        requested = services.Requested(earlier, created=False)
+    requested = services.operation_request(
+        kind=body.validated_data["kind"],
+        application=application,
+        job=job,
+        params=body.validated_data["params"],
+        reason=body.validated_data["reason"],
+        user=request.user,
+        idempotency_key=key,
+        fingerprint=fingerprint,
+        via="api",
+    )
     view.remember_operation(requested.operation)
     data = OperationSerializer(requested.operation, context={"request": request}).data
     headers = {"Location": data["url"]}

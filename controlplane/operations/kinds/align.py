@@ -20,10 +20,11 @@ from controlplane.jobs.selectors import job_get
 from controlplane.jobs.store import job_repository
 from controlplane.operations.framework import OperationSpec, Phase, PhaseContext, Target
 from controlplane.operations.kinds.common import float_param, int_param, reject_unknown, str_param
+from controlplane.operations.params import ALIGN_COMMANDS, default_of
 from controlplane.operations.webs import source_for, validate_web
 from runners.engine.alignment import AlignmentError, AlignmentStatus, alignment_status, send_command
 
-COMMANDS = ("align", "catch_up", "abort")
+COMMANDS = ALIGN_COMMANDS
 
 
 def _pair(ctx: PhaseContext) -> tuple[Job, Any]:
@@ -50,7 +51,7 @@ class AlignSpec(OperationSpec):
     summary = "align a downstream job's epochs to its upstream job (catch up, align, abort)"
 
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        reject_unknown(params, {"upstream_job", "source", "command", "from_epoch", "timeout_s"})
+        reject_unknown(params, self.kind)
         job = target.job
         assert job is not None
         name = str_param(params, "upstream_job", required=True)
@@ -69,16 +70,16 @@ class AlignSpec(OperationSpec):
                 code="web_cycle",
             )
         validate_web([(upstream.name, job.name)])
-        command = params.get("command", "align")
+        command = params.get("command", default_of(self.kind, "command"))
         if command not in COMMANDS:
             raise InvalidRequest(
                 f"command must be one of {COMMANDS}", fields={"command": [repr(command)]}
             )
         cleaned: dict[str, Any] = {
             "upstream_job": upstream.name,
-            "source": str_param(params, "source") or "upstream",
+            "source": str_param(params, "source") or default_of(self.kind, "source"),
             "command": command,
-            "timeout_s": float_param(params, "timeout_s", 600),
+            "timeout_s": float_param(params, "timeout_s", default_of(self.kind, "timeout_s")),
         }
         start = int_param(params, "from_epoch")
         if start is not None:

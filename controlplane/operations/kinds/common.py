@@ -20,12 +20,15 @@ from controlplane.jobs.services import (
 )
 from controlplane.jobs.store import job_repository
 from controlplane.operations.framework import PhaseContext
+from controlplane.operations.params import (
+    DEFAULT_START_TIMEOUT_S,
+    DEFAULT_STOP_DEADLINE_S,
+    MAX_WAIT_S,
+    allowed_names,
+)
 from runners.job_spec import new_run_id
 from snapshots_store import StoreError, UnknownRevisionError
 from snapshots_store.codec import format_timestamp
-
-DEFAULT_STOP_DEADLINE_S = 60.0
-DEFAULT_START_TIMEOUT_S = 180.0
 
 
 def now_iso() -> str:
@@ -45,10 +48,6 @@ def int_param(
             f"{name} must be an integer >= {minimum}", fields={name: [f"got {value!r}"]}
         )
     return value
-
-
-MAX_WAIT_S = 86400.0
-"""The longest any timeout or deadline of an operation may be (one day)."""
 
 
 def float_param(
@@ -80,7 +79,9 @@ def str_param(params: Mapping[str, Any], name: str, *, required: bool = False) -
     return value
 
 
-def reject_unknown(params: Mapping[str, Any], allowed: set[str]) -> None:
+def reject_unknown(params: Mapping[str, Any], kind: str) -> None:
+    """InvalidRequest naming each parameter the kind's schema does not declare."""
+    allowed = allowed_names(kind)
     unknown = sorted(set(params) - allowed)
     if unknown:
         raise InvalidRequest(

@@ -34,25 +34,13 @@ from controlplane.operations.kinds.common import (
     resolve_snapshot,
     str_param,
 )
+from controlplane.operations.params import ADMIN_ONLY_PARAMS, DEFAULT_START_TIMEOUT_S, default_of
 from runners import entry_points
 from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name
 
-OPERATOR_PARAMS = frozenset(
-    {
-        "snapshot",
-        "branch",
-        "job_name",
-        "version",
-        "parallelism",
-        "spark_conf",
-        "start",
-        "start_timeout_s",
-    }
-)
 #: a new version is code: only an admin's fork may give these (an operator names `version`)
-ADMIN_PARAMS = frozenset({"job", "code_version", "config"})
-ALLOWED = set(OPERATOR_PARAMS | ADMIN_PARAMS)
+ADMIN_PARAMS = ADMIN_ONLY_PARAMS["fork"]
 
 
 class ForkSpec(OperationSpec):
@@ -73,7 +61,7 @@ class ForkSpec(OperationSpec):
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
         """Everything is checked here, before the operation is written: a refused fork leaves
         no version, branch or job behind."""
-        reject_unknown(params, ALLOWED)
+        reject_unknown(params, self.kind)
         application = target.application
         new_version = sorted(ADMIN_PARAMS & set(params))
         self.authorize(params, target)
@@ -95,7 +83,7 @@ class ForkSpec(OperationSpec):
                 "at most 100); pass job_name",
                 fields={"job_name": ["must match " + NAME_PATTERN]},
             )
-        start = params.get("start", False)
+        start = params.get("start", default_of(self.kind, "start"))
         if not isinstance(start, bool):
             raise InvalidRequest("start must be true or false", fields={"start": ["bool"]})
         p_given = int_param(params, "parallelism")
@@ -160,7 +148,9 @@ class ForkSpec(OperationSpec):
             )
         cleaned.update(snapshot=sid, parallelism=p)
         if "start_timeout_s" in params:
-            cleaned["start_timeout_s"] = float_param(params, "start_timeout_s", 180)
+            cleaned["start_timeout_s"] = float_param(
+                params, "start_timeout_s", DEFAULT_START_TIMEOUT_S
+            )
         return cleaned
 
     @staticmethod

@@ -30,6 +30,7 @@ from controlplane.operations.framework import (
     Target,
 )
 from controlplane.operations.kinds.common import float_param, int_param, reject_unknown, str_param
+from controlplane.operations.params import DEFAULT_STOP_DEADLINE_S, default_of
 from controlplane.operations.webs import web_edges
 from runners.engine.hotswap import (
     SwapError,
@@ -41,8 +42,6 @@ from runners.engine.hotswap import (
     send_phase,
     swapped,
 )
-
-DEFAULT_LEAD_EPOCHS = 3
 
 
 def side_of(job: Job) -> SwapSide:
@@ -58,7 +57,7 @@ class HotswapSpec(OperationSpec):
     summary = "swap a job for a new version at epoch S: old output up to S, new after"
 
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        reject_unknown(params, {"new_job", "swap_epoch", "lead_epochs", "timeout_s"})
+        reject_unknown(params, self.kind)
         job = target.job
         assert job is not None
         name = str_param(params, "new_job", required=True)
@@ -80,8 +79,10 @@ class HotswapSpec(OperationSpec):
             ) from None
         cleaned: dict[str, Any] = {
             "new_job": new.name,
-            "lead_epochs": int_param(params, "lead_epochs", default=DEFAULT_LEAD_EPOCHS),
-            "timeout_s": float_param(params, "timeout_s", 900),
+            "lead_epochs": int_param(
+                params, "lead_epochs", default=default_of(self.kind, "lead_epochs")
+            ),
+            "timeout_s": float_param(params, "timeout_s", default_of(self.kind, "timeout_s")),
         }
         s = int_param(params, "swap_epoch")
         if s is not None:
@@ -198,7 +199,7 @@ def _retire(ctx: PhaseContext) -> None:
     """The old job stopped by itself at the boundary after S: record it as retired."""
     job = ctx.job
     s = _swap_epoch(ctx)
-    job_stop_runs(job, deadline_s=float(ctx.params.get("stop_deadline_s", 60)))
+    job_stop_runs(job, deadline_s=float(ctx.params.get("stop_deadline_s", DEFAULT_STOP_DEADLINE_S)))
     job_set_state(
         job,
         JobState.STOPPED,

@@ -22,6 +22,11 @@ from controlplane.operations.kinds.common import (
     resolve_snapshot,
     str_param,
 )
+from controlplane.operations.params import (
+    DEFAULT_START_TIMEOUT_S,
+    DEFAULT_STOP_DEADLINE_S,
+    default_of,
+)
 from snapshots_store.errors import InvalidNameError
 from snapshots_store.names import check_branch_name
 
@@ -31,21 +36,23 @@ class StartSpec(OperationSpec):
     summary = "launch the job from its branch head (or an empty initial snapshot)"
 
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        reject_unknown(params, {"from_empty", "start_timeout_s"})
+        reject_unknown(params, self.kind)
         assert target.job is not None
         if job_is_running(target.job):
             raise Conflict(
                 f"job {target.job.name} is already running; stop it first or use rescale",
                 code="job_running",
             )
-        from_empty = params.get("from_empty", False)
+        from_empty = params.get("from_empty", default_of(self.kind, "from_empty"))
         if not isinstance(from_empty, bool):
             raise InvalidRequest(
                 "from_empty must be true or false", fields={"from_empty": ["bool"]}
             )
         cleaned: dict[str, Any] = {"from_empty": from_empty, "start": True}
         if "start_timeout_s" in params:
-            cleaned["start_timeout_s"] = float_param(params, "start_timeout_s", 180)
+            cleaned["start_timeout_s"] = float_param(
+                params, "start_timeout_s", DEFAULT_START_TIMEOUT_S
+            )
         return cleaned
 
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:
@@ -90,10 +97,12 @@ class StopSpec(OperationSpec):
     summary = "stop the job at its next epoch boundary"
 
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        reject_unknown(params, {"stop_deadline_s"})
+        reject_unknown(params, self.kind)
         cleaned: dict[str, Any] = {}
         if "stop_deadline_s" in params:
-            cleaned["stop_deadline_s"] = float_param(params, "stop_deadline_s", 60)
+            cleaned["stop_deadline_s"] = float_param(
+                params, "stop_deadline_s", DEFAULT_STOP_DEADLINE_S
+            )
         return cleaned
 
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:
@@ -105,7 +114,7 @@ class SavepointSpec(OperationSpec):
     summary = "tag a commit (retention-protected), optionally after forcing a new epoch"
 
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        reject_unknown(params, {"name", "snapshot", "force_epoch", "timeout_s"})
+        reject_unknown(params, self.kind)
         assert target.job is not None
         cleaned: dict[str, Any] = {}
         name = str_param(params, "name")
@@ -115,7 +124,7 @@ class SavepointSpec(OperationSpec):
             except InvalidNameError as exc:
                 raise InvalidRequest(str(exc), fields={"name": [exc.reason]}) from None
             cleaned["name"] = name
-        force = params.get("force_epoch", False)
+        force = params.get("force_epoch", default_of(self.kind, "force_epoch"))
         if not isinstance(force, bool):
             raise InvalidRequest("force_epoch must be true or false", fields={"force_epoch": []})
         snapshot = str_param(params, "snapshot")
@@ -139,7 +148,7 @@ class SavepointSpec(OperationSpec):
                 code="job_not_running",
             )
         cleaned["force_epoch"] = force
-        cleaned["timeout_s"] = float_param(params, "timeout_s", 300)
+        cleaned["timeout_s"] = float_param(params, "timeout_s", default_of(self.kind, "timeout_s"))
         return cleaned
 
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:

@@ -32,10 +32,11 @@ from controlplane.operations.kinds.common import (
     reject_unknown,
     str_param,
 )
+from controlplane.operations.params import MIGRATE_MODES, default_of
 from runners import entry_points
 from snapshots_store import Repository, StoreError
 
-MODES = ("copy", "transform", "rehash")
+MODES = MIGRATE_MODES
 
 
 class MigrateSpec(OperationSpec):
@@ -43,17 +44,7 @@ class MigrateSpec(OperationSpec):
     summary = "copy the lineage to another store, or transform state into a migration commit"
 
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        reject_unknown(
-            params,
-            {
-                "mode",
-                "store",
-                "function",
-                "max_parallelism",
-                "stop_deadline_s",
-                "start_timeout_s",
-            },
-        )
+        reject_unknown(params, self.kind)
         job = target.job
         assert job is not None
         mode = params.get("mode")
@@ -118,7 +109,7 @@ class MigrateSpec(OperationSpec):
             )
         for name in ("stop_deadline_s", "start_timeout_s"):
             if name in params:
-                cleaned[name] = float_param(params, name, 60)
+                cleaned[name] = float_param(params, name, default_of(self.kind, name))
         return cleaned
 
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:

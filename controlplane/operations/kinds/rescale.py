@@ -28,9 +28,10 @@ from controlplane.operations.kinds.common import (
     phase_stop,
     reject_unknown,
 )
+from controlplane.operations.params import DEFAULT_STOP_DEADLINE_S, RESCALE_MODES, default_of
 from runners.job_spec import JobSpec
 
-MODES = ("live", "restart", "auto")
+MODES = RESCALE_MODES
 
 
 def lineage_max_parallelism(job: Job) -> int:
@@ -61,7 +62,7 @@ class RescaleSpec(OperationSpec):
     summary = "change the parallelism, live at the next epoch or by a restart"
 
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        reject_unknown(params, {"parallelism", "mode", "timeout_s", "stop_deadline_s"})
+        reject_unknown(params, self.kind)
         job = target.job
         assert job is not None
         p = int_param(params, "parallelism")
@@ -81,7 +82,7 @@ class RescaleSpec(OperationSpec):
                 fields={"parallelism": ["unchanged"]},
                 code="no_change",
             )
-        mode = params.get("mode", "auto")
+        mode = params.get("mode", default_of(self.kind, "mode"))
         if mode not in MODES:
             raise InvalidRequest(f"mode must be one of {MODES}", fields={"mode": [repr(mode)]})
         if mode == "live" and not job_is_running(job):
@@ -97,10 +98,12 @@ class RescaleSpec(OperationSpec):
             "mode": chosen,
             "requested_mode": mode,
             "from_parallelism": job.parallelism,
-            "timeout_s": float_param(params, "timeout_s", 300),
+            "timeout_s": float_param(params, "timeout_s", default_of(self.kind, "timeout_s")),
         }
         if "stop_deadline_s" in params:
-            cleaned["stop_deadline_s"] = float_param(params, "stop_deadline_s", 60)
+            cleaned["stop_deadline_s"] = float_param(
+                params, "stop_deadline_s", DEFAULT_STOP_DEADLINE_S
+            )
         return cleaned
 
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:

@@ -24,6 +24,7 @@ from controlplane.operations.kinds.common import (
     resolve_snapshot,
     str_param,
 )
+from controlplane.operations.params import default_of
 from snapshots_store import Manifest
 
 
@@ -32,7 +33,7 @@ class RollbackSpec(OperationSpec):
     summary = "move the branch back to an earlier snapshot and restart from it"
 
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        reject_unknown(params, {"to", "stop_deadline_s", "start_timeout_s"})
+        reject_unknown(params, self.kind)
         job = target.job
         assert job is not None
         rev = str_param(params, "to", required=True)
@@ -60,7 +61,7 @@ class RollbackSpec(OperationSpec):
         cleaned: dict[str, Any] = {"to": sid, "rev": rev}
         for name in ("stop_deadline_s", "start_timeout_s"):
             if name in params:
-                cleaned[name] = float_param(params, name, 60)
+                cleaned[name] = float_param(params, name, default_of(self.kind, name))
         return cleaned
 
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:

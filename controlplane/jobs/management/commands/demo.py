@@ -46,8 +46,6 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 APPLICATION = "clickstream"
 STREAM = "epochal-demo-clicks"
-DEFAULT_STREAM_URL = "rabbitmq-stream://guest:guest@127.0.0.1:5552/%2F"
-DEFAULT_KAFKA = "127.0.0.1:9092"
 KAFKA_PARTITIONS = 2
 JOB = "clickstream-main"
 BRANCH = "main"
@@ -119,8 +117,8 @@ class Command(BaseCommand):
             signal.signal(signum, self._on_signal)  # even when started with SIGINT ignored (&)
         store_url: str = settings.EPOCHAL_STORE_URL
         self.input_dir = Path(settings.VAR_DIR) / "demo" / "clickstream-input"
-        self.stream_url = os.environ.get("RABBITMQ_STREAM_URL", DEFAULT_STREAM_URL)
-        self.kafka = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", DEFAULT_KAFKA)
+        self.stream_url = str(settings.EPOCHAL_DEMO_RABBITMQ_STREAM_URL)
+        self.kafka = str(settings.EPOCHAL_DEMO_KAFKA_BOOTSTRAP_SERVERS)
         self.stdout.write(f"store:  {store_url} (namespace {APPLICATION}, branch {BRANCH})")
         if options["source"] == "kafka":
             self._check_kafka()
