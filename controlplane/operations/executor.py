@@ -21,15 +21,26 @@ import traceback
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 from django.db.models import F, Q
 from django.utils import timezone
 
 from controlplane.audit.services import audit_execution
 from controlplane.errors import EpochalError
-from controlplane.operations.framework import CancelledError, PhaseContext
+from controlplane.operations.framework import CancelledError, Phase, PhaseContext
 from controlplane.operations.models import ACTIVE_STATES, Operation, OperationState
 from controlplane.operations.registry import operation_spec
+from controlplane.operations.transitions import (
+    CANCELLED_EARLY,
+    operation_finish,
+    operation_start,
+    phase_fail_running,
+    phase_is_done,
+    phase_progress,
+    phase_record,
+    phase_start,
+    phase_succeed,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,42 +80,6 @@ def _lease_s() -> float:
 
 def _now() -> dt.datetime:
     return timezone.now()
-
-
-def _iso(value: dt.datetime | None = None) -> str:
-    return (value or _now()).isoformat()
-
-
-def phase_records(names: list[str]) -> list[dict[str, Any]]:
-    return [
-        {
-            "name": name,
-            "state": "pending",
-            "started_at": None,
-            "finished_at": None,
-            "progress": 0.0,
-            "detail": "",
-        }
-        for name in names
-    ]
-
-
-def _save_phases(operation: Operation) -> None:
-    done = sum(
-        1.0 if p["state"] in ("succeeded", "skipped") else float(p.get("progress") or 0.0)
-        for p in operation.phases
-    )
-    operation.progress = round(done / max(1, len(operation.phases)), 4)
-    operation.save(update_fields=["phases", "current_phase", "progress", "updated_at"])
-
-
-def record_phase_progress(operation: Operation, phase: str, fraction: float, detail: str) -> None:
-    for record in operation.phases:
-        if record["name"] == phase:
-            record["progress"] = max(0.0, min(1.0, float(fraction)))
-            if detail:
-                record["detail"] = detail
-    _save_phases(operation)
 
 
 def acquire_lease(operation_id: Any, owner: str) -> bool:
@@ -177,71 +152,16 @@ def execute(operation_id: Any, *, owner: str | None = None) -> str:
     operation = Operation.objects.select_related("application", "job", "requested_by").get(
         pk=operation_id
     )
-    spec = operation_spec(operation.kind)
-    phases = spec.phases(operation.params)
-    if operation.state == OperationState.PENDING:
-        if operation.cancel_requested:
-            return _finish(
-                operation,
-                OperationState.CANCELLED,
-                code="cancelled",
-                message="cancelled before it started",
-            )
-        operation.state = OperationState.RUNNING
-        operation.started_at = _now()
-        if not operation.phases:
-            operation.phases = phase_records([p.name for p in phases])
-        operation.save(update_fields=["state", "started_at", "phases", "updated_at"])
-        audit_execution(
-            operation=operation, action=f"operation.{operation.kind}", outcome="started"
+    phases = operation_spec(operation.kind).phases(operation.params)
+    if operation.state == OperationState.PENDING and operation.cancel_requested:
+        return _finish(
+            operation, OperationState.CANCELLED, code="cancelled", message=CANCELLED_EARLY
         )
-    else:
-        audit_execution(
-            operation=operation,
-            action=f"operation.{operation.kind}",
-            outcome="resumed",
-            detail={"attempt": operation.attempts, "phase": operation.current_phase},
-        )
+    _begin(operation, phases)
     with _Heartbeat(operation.pk, owner) as heartbeat:
-
-        def beat() -> None:
-            heartbeat.check()
-            heartbeat.renew()
-
         try:
             for phase in phases:
-                record = next(r for r in operation.phases if r["name"] == phase.name)
-                if record["state"] in ("succeeded", "skipped"):
-                    continue
-                operation.refresh_from_db(fields=["cancel_requested"])
-                if operation.cancel_requested and phase.cancellable:
-                    raise CancelledError(phase.name)
-                heartbeat.check()
-                record["state"] = "running"
-                record["started_at"] = record["started_at"] or _iso()
-                operation.current_phase = phase.name
-                _save_phases(operation)
-                _maybe_crash(operation.kind, phase.name, "before")
-                phase.run(
-                    PhaseContext(
-                        operation,
-                        phase.name,
-                        beat,
-                        functools.partial(record_phase_progress, operation, phase.name),
-                    )
-                )
-                _maybe_crash(operation.kind, phase.name, "after")
-                heartbeat.check()
-                record["state"] = "succeeded"
-                record["progress"] = 1.0
-                record["finished_at"] = _iso()
-                _save_phases(operation)
-                audit_execution(
-                    operation=operation,
-                    action=f"operation.{operation.kind}.{phase.name}",
-                    outcome="succeeded",
-                    detail={"detail": record.get("detail", "")},
-                )
+                _run_phase(operation, phase, heartbeat)
         except LeaseLostError:
             log.warning("operation %s: lease lost to another worker; stopping", operation.pk)
             return "lease-lost"
@@ -253,7 +173,7 @@ def execute(operation_id: Any, *, owner: str | None = None) -> str:
                 message=f"cancelled before phase {exc}",
             )
         except EpochalError as exc:
-            _mark_phase_failed(operation, str(exc))
+            phase_fail_running(operation, str(exc))
             return _finish(
                 operation,
                 OperationState.FAILED,
@@ -266,13 +186,56 @@ def execute(operation_id: Any, *, owner: str | None = None) -> str:
     return _finish(operation, OperationState.SUCCEEDED)
 
 
-def _mark_phase_failed(operation: Operation, message: str) -> None:
-    for record in operation.phases:
-        if record["state"] == "running":
-            record["state"] = "failed"
-            record["finished_at"] = _iso()
-            record["detail"] = message[:2000]
-    _save_phases(operation)
+def _begin(operation: Operation, phases: list[Phase]) -> None:
+    """Start a pending operation, or note that a worker resumes a running one."""
+    if operation.state == OperationState.PENDING:
+        operation_start(operation, [p.name for p in phases])
+        audit_execution(
+            operation=operation, action=f"operation.{operation.kind}", outcome="started"
+        )
+        return
+    audit_execution(
+        operation=operation,
+        action=f"operation.{operation.kind}",
+        outcome="resumed",
+        detail={"attempt": operation.attempts, "phase": operation.current_phase},
+    )
+
+
+def _run_phase(operation: Operation, phase: Phase, heartbeat: _Heartbeat) -> None:
+    """Run `phase` unless it is done; CancelledError when a cancel may end it here."""
+    if phase_is_done(phase_record(operation, phase.name)):
+        return
+    operation.refresh_from_db(fields=["cancel_requested"])
+    if operation.cancel_requested and phase.cancellable:
+        raise CancelledError(phase.name)
+    heartbeat.check()
+    phase_start(operation, phase.name)
+
+    def beat() -> None:
+        heartbeat.check()
+        heartbeat.renew()
+
+    _maybe_crash(operation.kind, phase.name, "before")
+    phase.run(
+        PhaseContext(
+            operation, phase.name, beat, functools.partial(phase_progress, operation, phase.name)
+        )
+    )
+    _maybe_crash(operation.kind, phase.name, "after")
+    heartbeat.check()
+    record = phase_succeed(operation, phase.name)
+    audit_execution(
+        operation=operation,
+        action=f"operation.{operation.kind}.{phase.name}",
+        outcome="succeeded",
+        detail={"detail": record.get("detail", "")},
+    )
+
+
+def retry_backoff_s(attempts: int) -> float:
+    """How long an operation whose phase raised waits before its next attempt."""
+    return min(60.0, 2.0**attempts)
 
 
 def _retry_or_fail(operation: Operation, exc: Exception) -> str:
@@ -281,7 +244,7 @@ def _retry_or_fail(operation: Operation, exc: Exception) -> str:
     trace = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     log.exception("operation %s: phase %s raised", operation.pk, operation.current_phase)
     if operation.attempts >= limit:
-        _mark_phase_failed(operation, trace)
+        phase_fail_running(operation, trace)
         return _finish(
             operation,
             OperationState.FAILED,
@@ -290,7 +253,7 @@ def _retry_or_fail(operation: Operation, exc: Exception) -> str:
             f"last error: {trace}. Check the worker log, fix the cause and request the "
             "operation again.",
         )
-    backoff = min(60.0, 2.0**operation.attempts)
+    backoff = retry_backoff_s(operation.attempts)
     Operation.objects.filter(pk=operation.pk).update(
         lease_owner="", lease_expires_at=_now() + dt.timedelta(seconds=backoff)
     )
@@ -311,18 +274,10 @@ def _finish(
     message: str = "",
     detail: dict[str, Any] | None = None,
 ) -> str:
-    with transaction.atomic():
-        operation.state = state
-        operation.finished_at = _now()
-        operation.error_code = code if state != OperationState.SUCCEEDED else ""
-        operation.error_message = message
-        if detail:
-            operation.result = {**operation.result, "error_detail": detail}
-        if state == OperationState.SUCCEEDED:
-            operation.progress = 1.0
-        operation.lease_owner = ""
-        operation.lease_expires_at = None
-        operation.save()
+    """End the operation in `state` (through `operation_finish`, once), audit and reindex;
+    the state the operation ended in (another writer's, when it was first)."""
+    if not operation_finish(operation, state, code=code, message=message, detail=detail):
+        return str(operation.state)
     audit_execution(
         operation=operation,
         action=f"operation.{operation.kind}",

@@ -19,7 +19,6 @@ from typing import Any
 from celery import signature
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from controlplane.applications.models import Application
 from controlplane.audit.services import audit_execution
@@ -31,7 +30,6 @@ from controlplane.errors import (
     UnusableRequest,
 )
 from controlplane.jobs.models import Job
-from controlplane.operations.executor import phase_records
 from controlplane.operations.framework import Target
 from controlplane.operations.models import (
     ACTIVE_STATES,
@@ -41,6 +39,13 @@ from controlplane.operations.models import (
 )
 from controlplane.operations.params import check_params
 from controlplane.operations.registry import operation_spec
+from controlplane.operations.transitions import (
+    CANCELLED_EARLY,
+    DONE_PHASES,
+    operation_finish,
+    operation_request_cancel,
+    phase_records,
+)
 
 log = logging.getLogger(__name__)
 
@@ -287,14 +292,16 @@ def operation_cancel(
                 code="operation_ended",
             )
         if op.state == OperationState.PENDING:
-            op.state = OperationState.CANCELLED
-            op.finished_at = timezone.now()
-            op.cancel_requested = True
-            op.error_code, op.error_message = "cancelled", "cancelled before it started"
-            op.save()
+            operation_finish(
+                op,
+                OperationState.CANCELLED,
+                code="cancelled",
+                message=CANCELLED_EARLY,
+                cancel_requested=True,
+            )
         else:
             spec = operation_spec(op.kind)
-            names = [r["name"] for r in op.phases if r["state"] not in ("succeeded", "skipped")]
+            names = [r["name"] for r in op.phases if r["state"] not in DONE_PHASES]
             cancellable = {p.name for p in spec.phases(op.params) if p.cancellable}
             if not any(name in cancellable for name in names):
                 raise Conflict(
@@ -302,8 +309,7 @@ def operation_cancel(
                     f"{op.current_phase}); wait for it to end and undo it with a new operation",
                     code="not_cancellable",
                 )
-            op.cancel_requested = True
-            op.save(update_fields=["cancel_requested", "updated_at"])
+            operation_request_cancel(op)
     audit_execution(
         operation=op,
         action=f"operation.{op.kind}",
