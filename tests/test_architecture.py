@@ -8,6 +8,7 @@ and no arrow pointing up the layers (docs/architecture.md).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,3 +142,139 @@ def test_the_checker_sees_function_level_imports_and_cycles() -> None:
     looped["snapshots_store.errors"].add("snapshots_store.repository")
     [cycle] = import_cycles(looped)
     assert {"snapshots_store.errors", "snapshots_store.repository"} <= set(cycle)
+
+
+# -- sizes, configuration, grammars -----------------------------------------------------------
+
+MAX_FUNCTION_LINES = 80
+LONG_DECLARATIONS: dict[str, str] = {}
+"""``module:function`` -> why it may be longer: declarative code only (a chart's or a page
+layout's table of fields). Nothing in controlplane/operations needs it today."""
+
+
+def long_functions(source: str, module: str) -> list[str]:
+    """``module:function (N lines)`` for every function (methods and nested ones too) of
+    `source` longer than `MAX_FUNCTION_LINES`, decorators not counted."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lines = (node.end_lineno or node.lineno) - node.lineno + 1
+            if lines > MAX_FUNCTION_LINES:
+                found.append(f"{module}:{node.name} ({lines} lines)")
+    return found
+
+
+def test_no_function_over_80_lines_in_controlplane_operations() -> None:
+    modules = {
+        name: path
+        for name, path in _our_modules().items()
+        if name.startswith("controlplane.operations")
+    }
+    found = [
+        entry
+        for name, path in modules.items()
+        for entry in long_functions(path.read_text(), name)
+        if entry.split(" (")[0] not in LONG_DECLARATIONS
+    ]
+    assert not found, "functions over 80 lines (split them into named steps):\n" + "\n".join(found)
+    body = "\n".join(f"    x{n} = {n}" for n in range(MAX_FUNCTION_LINES))
+    assert long_functions(f"def f():\n{body}\n", "m") == ["m:f (81 lines)"]  # the rule can fail
+
+
+CONFIGURATION_MODULES = {"controlplane.config"}
+"""The one place of the control plane that reads the environment (`controlplane.settings`
+asks it, once, at start-up; everything else reads `django.conf.settings`)."""
+
+
+def environment_reads(source: str) -> list[int]:
+    """Lines of `source` that read the process environment: ``os.environ`` (any use but
+    ``os.environ.setdefault("DJANGO_SETTINGS_MODULE", …)``, the bootstrap of a Django
+    process), ``os.getenv``, ``from os import environ / getenv``."""
+    tree = ast.parse(source)
+    allowed: set[int] = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "setdefault"
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == "DJANGO_SETTINGS_MODULE"
+        ):
+            allowed.add(id(node.func.value))
+    lines = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("environ", "getenv", "environb")
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+            and id(node) not in allowed
+        ) or (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "os"
+            and any(alias.name in ("environ", "getenv", "environb") for alias in node.names)
+        ):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_only_the_configuration_module_reads_the_environment_in_the_control_plane() -> None:
+    found = [
+        f"{name}:{line}"
+        for name, path in _our_modules().items()
+        if name.startswith("controlplane.") and name not in CONFIGURATION_MODULES
+        for line in environment_reads(path.read_text())
+    ]
+    assert not found, (
+        "environment read outside controlplane/config.py (add a setting to "
+        "controlplane/settings.py and read django.conf.settings):\n" + "\n".join(found)
+    )
+    assert environment_reads("import os\nx = os.environ.get('EPOCHAL_X', '1')\n") == [2]
+    assert environment_reads("from os import getenv\n") == [1]
+    assert (
+        environment_reads("import os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'x')\n") == []
+    )
+
+
+REVISION_GRAMMAR = "snapshots_store.revisions"
+_GRAMMAR_PATTERN = re.compile(r"\[\\?\^?[^\]]*~|~\(|~\[0-9|~\\d|\\\^\(|\\\^\[0-9|\\\^\\d")
+_STEP_SPLITTERS = {"find", "rfind", "index", "rindex", "split", "rsplit", "partition", "rpartition"}
+
+
+def revision_grammars(source: str) -> list[int]:
+    """Lines of `source` that define revision syntax of their own: a regular expression over
+    ``~n`` / ``^n`` steps, or a string searched or split at ``~`` or ``^``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if _GRAMMAR_PATTERN.search(node.value):
+                lines.append(node.lineno)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in _STEP_SPLITTERS
+            and any(isinstance(a, ast.Constant) and a.value in ("~", "^") for a in node.args)
+        ):
+            lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_one_revision_grammar() -> None:
+    """Revisions are parsed by `snapshots_store.revisions` alone (the store resolves with it,
+    the lineage index compiles it to SQL, the API validates with it)."""
+    found = [
+        f"{name}:{line}"
+        for name, path in _our_modules().items()
+        if name != REVISION_GRAMMAR
+        for line in revision_grammars(path.read_text())
+    ]
+    assert not found, (
+        "a second revision grammar (parse with snapshots_store.revisions.parse_revision):\n"
+        + "\n".join(found)
+    )
+    assert revision_grammars((ROOT / "snapshots_store" / "revisions.py").read_text())
+    # What the three grammars before looked like is caught:
+    assert revision_grammars('_SUFFIX = r"(?:~(\\d*)|\\^(\\d*))\\Z"\n') == [1]
+    assert revision_grammars('P = r"[a-z]+([~^][0-9]{0,9})*$"\n') == [1]
+    assert revision_grammars('base, _, n = rev.rpartition("~")\n') == [1]

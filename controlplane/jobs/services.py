@@ -348,6 +348,17 @@ def job_stop_runs(job: Job, *, deadline_s: float) -> list[Run]:
     return stopped
 
 
+def job_set_parallelism(job: Job, parallelism: int, *, latest_run: bool = False) -> None:
+    """Record that `job` runs (or will run) at `parallelism`; with `latest_run`, that its
+    newest run does too (a live rescale took effect in it)."""
+    Job.objects.filter(pk=job.pk).update(parallelism=parallelism)
+    if latest_run:
+        run = Run.objects.filter(job=job).order_by("-created_at").first()
+        if run is not None:
+            Run.objects.filter(pk=run.pk).update(parallelism=parallelism)
+    job.refresh_from_db()
+
+
 def job_set_state(job: Job, state: str, *, reason: str = "", **fields: Any) -> None:
     Job.objects.filter(pk=job.pk).update(
         state=state, status_reason=reason, updated_at=timezone.now(), **fields

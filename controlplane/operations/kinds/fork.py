@@ -16,7 +16,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from controlplane.accounts.roles import ADMIN, has_role
-from controlplane.applications.models import NAME_PATTERN, ApplicationVersion
+from controlplane.applications.models import NAME_PATTERN, Application, ApplicationVersion
 from controlplane.errors import Conflict, Forbidden, InvalidRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_create, version_config_errors
@@ -100,34 +100,8 @@ class ForkSpec(OperationSpec):
             cleaned["new_version"] = self._new_version(params, base)
             cleaned["version_id"] = None
         else:
-            if base is None:
-                raise InvalidRequest(
-                    f"application {application.name} has no version to fork to; an admin "
-                    "creates one first (POST /api/applications/{name}/versions/)",
-                    fields={"version": ["the application has no versions"]},
-                )
-            unusable = entry_points.lookup_error(entry_points.JOBS, base.job)
-            if unusable:
-                raise InvalidRequest(
-                    f"version {base.number} cannot run: {unusable}",
-                    fields={"version": [unusable]},
-                    code="unregistered_job",
-                )
-            cleaned["version_id"] = base.pk
-        taken = Job.objects.filter(application=application, branch=branch).first()
-        if taken is not None:
-            raise Conflict(
-                f"branch {branch!r} exists already (job {taken.name!r} runs it); "
-                "choose another name",
-                code="branch_exists",
-                fields={"branch": ["has a job"]},
-            )
-        if Job.objects.filter(name=job_name).exists():
-            raise Conflict(
-                f"a job named {job_name!r} exists already; pass job_name",
-                code="job_exists",
-                fields={"job_name": ["exists"]},
-            )
+            cleaned["version_id"] = _runnable(application, base).pk
+        _refuse_taken(application, branch, job_name)
         repo = application_repository(application)
         rev = str_param(params, "snapshot", required=True)
         assert rev is not None
@@ -333,3 +307,38 @@ def _start(ctx: PhaseContext) -> None:
         phase_relaunch(ctx)
     finally:
         op.job = original
+
+
+def _runnable(application: Application, base: ApplicationVersion | None) -> ApplicationVersion:
+    """The existing version a fork without a new version runs; InvalidRequest when none can."""
+    if base is None:
+        raise InvalidRequest(
+            f"application {application.name} has no version to fork to; an admin "
+            "creates one first (POST /api/applications/{name}/versions/)",
+            fields={"version": ["the application has no versions"]},
+        )
+    unusable = entry_points.lookup_error(entry_points.JOBS, base.job)
+    if unusable:
+        raise InvalidRequest(
+            f"version {base.number} cannot run: {unusable}",
+            fields={"version": [unusable]},
+            code="unregistered_job",
+        )
+    return base
+
+
+def _refuse_taken(application: Application, branch: str, job_name: str) -> None:
+    """Conflict when a job runs `branch` already or `job_name` is taken."""
+    taken = Job.objects.filter(application=application, branch=branch).first()
+    if taken is not None:
+        raise Conflict(
+            f"branch {branch!r} exists already (job {taken.name!r} runs it); choose another name",
+            code="branch_exists",
+            fields={"branch": ["has a job"]},
+        )
+    if Job.objects.filter(name=job_name).exists():
+        raise Conflict(
+            f"a job named {job_name!r} exists already; pass job_name",
+            code="job_exists",
+            fields={"job_name": ["exists"]},
+        )

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from controlplane.errors import InvalidRequest
-from controlplane.jobs.models import Job, Run
-from controlplane.jobs.services import job_set_state
+from controlplane.jobs.models import Job
+from controlplane.jobs.services import job_set_parallelism, job_set_state
 from controlplane.jobs.store import job_repository
 from controlplane.operations.commits import derived_commit, update_control
 from controlplane.operations.framework import OperationSpec, Phase, PhaseContext, Target
@@ -129,7 +129,7 @@ def _write_control(ctx: PhaseContext) -> None:
         job.branch,
         {"parallelism": p, "operation_id": str(ctx.operation.pk)},
     )
-    Job.objects.filter(pk=job.pk).update(parallelism=p)
+    job_set_parallelism(job, p)
     ctx.progress(1.0, f"control document asks for parallelism {p}")
 
 
@@ -167,9 +167,7 @@ def _await_effective(ctx: PhaseContext) -> None:
             ctx.progress(1.0, "no epoch ran yet; parallelism applies at the next epoch")
             return
         raise
-    run = Run.objects.filter(job=job).order_by("-created_at").first()
-    if run is not None:
-        Run.objects.filter(pk=run.pk).update(parallelism=p)
+    job_set_parallelism(job, p, latest_run=True)
     ctx.operation.result = {**ctx.operation.result, "effective_snapshot": sid}
     ctx.operation.save(update_fields=["result", "updated_at"])
     ctx.progress(1.0, f"epoch {sid[:12]} ran at parallelism {p}")
