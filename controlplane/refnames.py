@@ -56,7 +56,5 @@ def checked_revision(value: str | None, *, field: str) -> str | None:
         try:
             parse_revision(value)
         except InvalidRevisionError as exc:
-            raise InvalidRequest(
-                f"{field}: {exc}", fields={field: [f"not a revision: {exc.detail}"]}
-            ) from None
+            raise InvalidRequest(f"{field}: {exc}", fields={field: ["not a revision"]}) from None
     return value

@@ -21,24 +21,10 @@ from rest_framework.views import APIView
 from controlplane.accounts.roles import ADMIN, VIEWER
 from controlplane.api.permissions import HasRole
 from controlplane.audit.rejections import UNAUTHENTICATED, count_rejection
-from controlplane.audit.services import audit_request
+from controlplane.audit.services import audit_request, outcome_of
 from controlplane.proxies import client_address
 
 _CONVERTER = re.compile(r"<(?:\w+:)?(\w+)>")
-
-
-def outcome_of(status_code: int) -> str:
-    if status_code == 202:
-        return "accepted"
-    if status_code < 400:
-        return "ok"
-    return {
-        401: "unauthenticated",
-        403: "forbidden",
-        404: "not-found",
-        409: "conflict",
-        429: "throttled",
-    }.get(status_code, "error" if status_code >= 500 else "rejected")
 
 
 def route_name(route: str) -> str:

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.api.response_cache import cached, remember
+from controlplane.changes.feed import wait_for_change
 from controlplane.errors import InvalidRequest
 
 
@@ -108,3 +111,42 @@ def not_modified_after_watch(request: Request, etag: str) -> Response:
         response["Epochal-Watch"] = "busy"
         response["Retry-After"] = "1"
     return response
+
+
+# -- the one conditional read ----------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def conditional_read(
+    request: Request,
+    *,
+    key: str,
+    seen: int,
+    first: tuple[T, str],
+    look: Callable[[], tuple[T, str]],
+    build: Callable[[T], Response],
+) -> Response:
+    """A read with ETag, ``If-None-Match``, ``?watch=`` and the response cache, for a resource
+    whose changes are recorded under change key `key` (last seen at revision `seen`).
+
+    `first` is what the answer depends on and its ETag as read already; `look()` reads them
+    again after a change; `build(state)` renders the body (an ETag is never newer than the
+    body built after it). A matching ETag answers 304 — after waiting
+    for a change when the request watches, looking again after each change of `key` until
+    the ETag moves or the watch ends. A fresh answer is kept in the response cache."""
+    state, etag = first
+    if matches(request, etag):
+        with watching(request) as deadline:
+            while deadline is not None and matches(request, etag):
+                now = wait_for_change(key, seen, deadline=deadline, release_connection=True)
+                if now is None:
+                    break
+                seen = now
+                state, etag = look()
+        if matches(request, etag):
+            return not_modified_after_watch(request, etag)
+    kept = cached(request, etag)
+    if kept is not None:
+        return kept
+    return remember(request, tag(build(state), etag), etag)

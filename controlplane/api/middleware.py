@@ -30,11 +30,11 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from controlplane.accounts.tokens import token_authenticate
-from controlplane.api.base import outcome_of, route_name
+from controlplane.api.base import route_name
 from controlplane.api.errors import error_body
 from controlplane.api.request_bodies import read_body
 from controlplane.audit.rejections import UNAUTHENTICATED, count_rejection
-from controlplane.audit.services import audit_request
+from controlplane.audit.services import audit_request, outcome_of
 
 
 def _before_view(response: JsonResponse) -> JsonResponse:

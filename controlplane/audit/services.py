@@ -68,3 +68,19 @@ def audit_execution(
         operation=operation,
         detail=dict(detail or {}),
     )
+
+
+def outcome_of(status_code: int) -> str:
+    """The audit's word for the HTTP status a request (REST or dashboard) was answered with:
+    the one map from statuses to outcomes."""
+    if status_code == 202:
+        return "accepted"
+    if status_code < 400:
+        return "ok"
+    return {
+        401: "unauthenticated",
+        403: "forbidden",
+        404: "not-found",
+        409: "conflict",
+        429: "throttled",
+    }.get(status_code, "error" if status_code >= 500 else "rejected")

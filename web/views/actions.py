@@ -14,7 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_get
-from controlplane.audit.services import audit_request
+from controlplane.audit.services import audit_request, outcome_of
 from controlplane.errors import EpochalError, NotFound
 from controlplane.jobs.health import job_health
 from controlplane.jobs.models import Job
@@ -26,8 +26,6 @@ from controlplane.operations.services import operation_cancel, operation_request
 from web import forms
 from web.access import operator_required
 from web.views.base import domain_errors, error_page, is_htmx, page
-
-OUTCOMES = {400: "rejected", 403: "forbidden", 404: "not-found", 409: "conflict"}
 
 
 @dataclass(frozen=True)
@@ -146,7 +144,7 @@ def _request_operation(
             action=f"web {kind}",
             target=target,
             status_code=exc.http_status,
-            outcome=OUTCOMES.get(exc.http_status, "rejected"),
+            outcome=outcome_of(exc.http_status),
             source="web",
             detail={"code": exc.code, "message": exc.message[:500], "fields": sorted(exc.fields)},
         )
@@ -282,7 +280,7 @@ def operation_cancel_view(request: HttpRequest, operation_id: str) -> HttpRespon
             action="web cancel",
             target=f"operation {operation.pk}",
             status_code=exc.http_status,
-            outcome=OUTCOMES.get(exc.http_status, "rejected"),
+            outcome=outcome_of(exc.http_status),
             source="web",
             operation=operation,
             detail={"code": exc.code, "message": exc.message[:500]},

@@ -10,15 +10,8 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
 from controlplane.api.base import ApiView
-from controlplane.api.conditional import (
-    etag_for,
-    matches,
-    not_modified_after_watch,
-    tag,
-    watching,
-)
+from controlplane.api.conditional import conditional_read, etag_for
 from controlplane.api.pagination import PAGE_PARAMETERS, KeysetPagination, page_of
-from controlplane.api.response_cache import cached, remember
 from controlplane.api.schema import error
 from controlplane.api.serializers import (
     JobCreateSerializer,
@@ -29,7 +22,6 @@ from controlplane.api.serializers import (
     job_detail_representation,
 )
 from controlplane.applications.selectors import application_get, version_get, version_latest
-from controlplane.changes.feed import wait_for_change
 from controlplane.changes.keys import job_key
 from controlplane.errors import Conflict, InvalidRequest
 from controlplane.jobs import selectors, services
@@ -108,30 +100,31 @@ class JobListView(ApiView):
 class JobDetailView(ApiView):
     @extend_schema(tags=TAGS, responses={200: JobDetailSerializer})
     def get(self, request: Request, name: str) -> Response:
-        mark = job_mark(name=name)
-        etag = _job_etag(request, mark)
-        if matches(request, etag):
-            with watching(request) as deadline:
-                changed = deadline is not None and wait_for_change(
-                    job_key(mark.job_id), mark.revision, deadline=deadline, release_connection=True
-                )
-            if not changed:
-                return not_modified_after_watch(request, etag)
+        def look() -> tuple[JobMark, str]:
             mark = job_mark(name=name)
-            etag = _job_etag(request, mark)
-        kept = cached(request, etag)
-        if kept is not None:
-            return kept
-        job = job_overview(name=name)  # read after the revision: the ETag is never newer
-        ctx = {
-            "request": request,
-            "application": job.application.name,
-            "current_run": job.latest_run,  # type: ignore[attr-defined]
-            "active_operation": job.active_operation,  # type: ignore[attr-defined]
-            "head": mark.head,
-            "shown": mark.shown(job),
-        }
-        return remember(request, tag(Response(job_detail_representation(job, ctx)), etag), etag)
+            return mark, _job_etag(request, mark)
+
+        def build(mark: JobMark) -> Response:
+            job = job_overview(name=name)  # read after the revision: the ETag is never newer
+            ctx = {
+                "request": request,
+                "application": job.application.name,
+                "current_run": job.latest_run,  # type: ignore[attr-defined]
+                "active_operation": job.active_operation,  # type: ignore[attr-defined]
+                "head": mark.head,
+                "shown": mark.shown(job),
+            }
+            return Response(job_detail_representation(job, ctx))
+
+        first = look()
+        return conditional_read(
+            request,
+            key=job_key(first[0].job_id),
+            seen=first[0].revision,
+            first=first,
+            look=look,
+            build=build,
+        )
 
 
 def _job_etag(request: Request, mark: JobMark) -> str:

@@ -12,14 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.base import ApiView
-from controlplane.api.conditional import (
-    etag_for,
-    matches,
-    not_modified_after_watch,
-    tag,
-    watch_seconds,
-    watching,
-)
+from controlplane.api.conditional import conditional_read, etag_for, watch_seconds
 from controlplane.api.pagination import (
     PAGE_PARAMETERS,
     page_limit,
@@ -28,7 +21,6 @@ from controlplane.api.pagination import (
     sequence_page,
 )
 from controlplane.api.prerendered import accepts_prerendered, prerendered_json
-from controlplane.api.response_cache import cached, remember
 from controlplane.api.schema import REF, REVISION, error
 from controlplane.api.serializers import (
     BranchSerializer,
@@ -43,7 +35,6 @@ from controlplane.api.serializers import (
 )
 from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_forget, application_get, application_ref
-from controlplane.changes.feed import wait_for_change
 from controlplane.changes.keys import lineage_key
 from controlplane.changes.selectors import revision
 from controlplane.errors import InvalidRequest
@@ -140,34 +131,31 @@ class SnapshotLogView(ApiView):
         watch = watch_seconds(request) > 0 and "If-None-Match" in request.headers
         key = lineage_key(application_ref(name=name).pk)
         seen = revision(key) if watch else 0  # before the log: no commit falls in between
-        start, etag = begin()
-        if matches(request, etag):
-            with watching(request) as deadline:
-                while deadline is not None and matches(request, etag):
-                    now = wait_for_change(key, seen, deadline=deadline, release_connection=True)
-                    if now is None:
-                        break
-                    seen = now  # a commit somewhere in the application: did this log move?
-                    start, etag = begin()
-            if matches(request, etag):
-                return not_modified_after_watch(request, etag)
-        kept = cached(request, etag)
-        if kept is not None:
-            return kept
-        prefix = snapshot_url_prefix(request, name)
-        if accepts_prerendered(request):
-            text = selectors.snapshot_log_page_json(start, limit=limit, cursor=cursor)
-            if text is not None:  # PostgreSQL built the summaries' JSON
-                links = page_response_data(request, [], text.next_cursor)
-                response = prerendered_json(
-                    {"next": links["next"], "previous": links["previous"]},
-                    {"results": snapshot_summaries_json(text.rows, prefix)},
-                )
-                return remember(request, tag(response, etag), etag)
-        page = selectors.snapshot_log_page(start, limit=limit, cursor=cursor)
-        data = snapshot_summaries(page.snapshots, prefix)
-        response = Response(page_response_data(request, data, page.next_cursor))
-        return remember(request, tag(response, etag), etag)
+        return conditional_read(
+            request,
+            key=key,
+            seen=seen,  # a commit somewhere in the application: did this log move?
+            first=begin(),
+            look=begin,
+            build=lambda start: _log_page(request, name, start, limit, cursor),
+        )
+
+
+def _log_page(
+    request: Request, name: str, start: selectors.LogStart, limit: int, cursor: str | None
+) -> Response:
+    prefix = snapshot_url_prefix(request, name)
+    if accepts_prerendered(request):
+        text = selectors.snapshot_log_page_json(start, limit=limit, cursor=cursor)
+        if text is not None:  # PostgreSQL built the summaries' JSON
+            links = page_response_data(request, [], text.next_cursor)
+            return prerendered_json(
+                {"next": links["next"], "previous": links["previous"]},
+                {"results": snapshot_summaries_json(text.rows, prefix)},
+            )
+    page = selectors.snapshot_log_page(start, limit=limit, cursor=cursor)
+    data = snapshot_summaries(page.snapshots, prefix)
+    return Response(page_response_data(request, data, page.next_cursor))
 
 
 class SnapshotDetailView(ApiView):
@@ -234,40 +222,42 @@ class LineageGraphView(ApiView):
         cursor = request.query_params.get("cursor") or None
         key = lineage_key(application.pk)
         seen = revision(key)
-        etag = etag_for(request, "lineage", application.pk, seen)
-        if matches(request, etag):
-            with watching(request) as deadline:
-                changed = deadline is not None and wait_for_change(
-                    key, seen, deadline=deadline, release_connection=True
-                )
-            if not changed:
-                return not_modified_after_watch(request, etag)
-            etag = etag_for(request, "lineage", application.pk, changed)
-        kept = cached(request, etag)
-        if kept is not None:
-            return kept
-        prefix = snapshot_url_prefix(request, application.name)
-        if accepts_prerendered(request):
-            text = selectors.lineage_graph_page_json(
-                application=application, url_prefix=prefix, limit=limit, cursor=cursor
-            )
-            if text is not None:  # PostgreSQL built the rows' JSON
-                links = page_response_data(request, [], text.next_cursor)
-                response = prerendered_json(
-                    {"next": links["next"], "previous": links["previous"]},
-                    {
-                        "results": f"[{text.results}]",
-                        "edges": f"[{text.edges}]",
-                        "refs": f"{{{text.refs}}}",
-                    },
-                )
-                return remember(request, tag(response, etag), etag)
-        page = selectors.lineage_graph_page(application=application, limit=limit, cursor=cursor)
-        data = page_response_data(
-            request, snapshot_summaries(page.snapshots, prefix), page.next_cursor
+
+        def look() -> tuple[None, str]:
+            return None, etag_for(request, "lineage", application.pk, revision(key))
+
+        return conditional_read(
+            request,
+            key=key,
+            seen=seen,
+            first=(None, etag_for(request, "lineage", application.pk, seen)),
+            look=look,
+            build=lambda _: _graph_page(request, application, limit, cursor),
         )
-        data["edges"] = [
-            {"child": e.child, "parent": e.parent, "position": e.position} for e in page.edges
-        ]
-        data["refs"] = page.refs
-        return remember(request, tag(Response(data), etag), etag)
+
+
+def _graph_page(
+    request: Request, application: Application, limit: int, cursor: str | None
+) -> Response:
+    prefix = snapshot_url_prefix(request, application.name)
+    if accepts_prerendered(request):
+        text = selectors.lineage_graph_page_json(
+            application=application, url_prefix=prefix, limit=limit, cursor=cursor
+        )
+        if text is not None:  # PostgreSQL built the rows' JSON
+            links = page_response_data(request, [], text.next_cursor)
+            return prerendered_json(
+                {"next": links["next"], "previous": links["previous"]},
+                {
+                    "results": f"[{text.results}]",
+                    "edges": f"[{text.edges}]",
+                    "refs": f"{{{text.refs}}}",
+                },
+            )
+    page = selectors.lineage_graph_page(application=application, limit=limit, cursor=cursor)
+    data = page_response_data(request, snapshot_summaries(page.snapshots, prefix), page.next_cursor)
+    data["edges"] = [
+        {"child": e.child, "parent": e.parent, "position": e.position} for e in page.edges
+    ]
+    data["refs"] = page.refs
+    return Response(data)

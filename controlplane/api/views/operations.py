@@ -14,20 +14,12 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR
 from controlplane.api.base import ApiView
-from controlplane.api.conditional import (
-    etag_for,
-    matches,
-    not_modified_after_watch,
-    tag,
-    watching,
-)
+from controlplane.api.conditional import conditional_read, etag_for
 from controlplane.api.pagination import PAGE_PARAMETERS, KeysetPagination, page_of
-from controlplane.api.response_cache import cached, remember
 from controlplane.api.schema import error
 from controlplane.api.serializers import OperationRequestSerializer, OperationSerializer
 from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_get
-from controlplane.changes.feed import wait_for_change
 from controlplane.changes.keys import operation_key
 from controlplane.errors import InvalidRequest
 from controlplane.jobs.models import Job
@@ -151,24 +143,24 @@ class OperationListView(ApiView):
 class OperationDetailView(ApiView):
     @extend_schema(tags=TAGS, responses={200: OperationSerializer})
     def get(self, request: Request, operation_id: str) -> Response:
-        key, revision = selectors.operation_revision(operation_id=operation_id)
-        etag = etag_for(request, "operation", key.hex, revision)
-        if matches(request, etag):
-            with watching(request) as deadline:
-                changed = deadline is not None and wait_for_change(
-                    operation_key(key), revision, deadline=deadline, release_connection=True
-                )
-            if not changed:
-                return not_modified_after_watch(request, etag)
+        def look() -> tuple[None, str]:
             key, revision = selectors.operation_revision(operation_id=operation_id)
-            etag = etag_for(request, "operation", key.hex, revision)
-        kept = cached(request, etag)
-        if kept is not None:
-            return kept
-        # read after the revision: the ETag is never newer than the body
-        operation = selectors.operation_get(operation_id=operation_id)
-        data = OperationSerializer(operation, context={"request": request}).data
-        return remember(request, tag(Response(data), etag), etag)
+            return None, etag_for(request, "operation", key.hex, revision)
+
+        def build(_: None) -> Response:
+            # read after the revision: the ETag is never newer than the body
+            operation = selectors.operation_get(operation_id=operation_id)
+            return Response(OperationSerializer(operation, context={"request": request}).data)
+
+        key, revision = selectors.operation_revision(operation_id=operation_id)
+        return conditional_read(
+            request,
+            key=operation_key(key),
+            seen=revision,
+            first=(None, etag_for(request, "operation", key.hex, revision)),
+            look=look,
+            build=build,
+        )
 
 
 class OperationCancelView(ApiView):
