@@ -42,6 +42,11 @@ def application_list() -> list[Application]:
     return list(Application.objects.order_by("name"))
 
 
+def application_names() -> list[str]:
+    """Every application's name, in order."""
+    return list(Application.objects.order_by("name").values_list("name", flat=True))
+
+
 # -- versions (added for the REST API) -------------------------------------------------------
 
 
@@ -50,6 +55,11 @@ def version_list(*, application: Application) -> QuerySet[ApplicationVersion]:
     return ApplicationVersion.objects.filter(application=application).select_related(
         "application", "parent", "created_by"
     )
+
+
+def version_children(version: ApplicationVersion) -> list[ApplicationVersion]:
+    """The versions grown from `version`, oldest first."""
+    return list(version.children.order_by("number"))
 
 
 def version_get(*, application: Application, number: int) -> ApplicationVersion:

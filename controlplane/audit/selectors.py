@@ -19,10 +19,16 @@ def audit_list(
     operation: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
+    before_id: int | None = None,
+    oldest_first: bool = False,
 ) -> QuerySet[AuditEntry]:
     """Audit entries, newest first. `action` matches a prefix (``POST /api/jobs``, ``operation.``);
-    `since` is inclusive, `until` exclusive."""
-    entries = AuditEntry.objects.order_by("-at", "-id")
+    `since` is inclusive, `until` exclusive; `before_id` pages back (entries older than that
+    one). With `oldest_first`, the other way round."""
+    order = ("at", "id") if oldest_first else ("-at", "-id")
+    entries = AuditEntry.objects.select_related("operation").order_by(*order)
+    if before_id is not None:
+        entries = entries.filter(id__lt=before_id)
     if actor:
         entries = entries.filter(actor_name=actor)
     if action:

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from controlplane.applications.models import ApplicationVersion
 from controlplane.errors import NotFound
 from controlplane.jobs.models import Job, JobState, Run, RunPhase, Watch
 
@@ -35,12 +36,24 @@ def job_get(*, name: str) -> Job:
         raise job_not_found(name) from None
 
 
-def job_list(*, application: str | None = None, state: str | None = None) -> QuerySet[Job]:
+def job_list(
+    *,
+    application: str | None = None,
+    state: str | None = None,
+    name_contains: str | None = None,
+    version: ApplicationVersion | None = None,
+) -> QuerySet[Job]:
+    """Jobs by name; of an application (by name), in a state, whose name contains a text, or
+    running an application version."""
     jobs = Job.objects.select_related("application", "version").order_by("name")
     if application:
         jobs = jobs.filter(application__name=application)
     if state:
         jobs = jobs.filter(state=state)
+    if name_contains:
+        jobs = jobs.filter(name__icontains=name_contains)
+    if version is not None:
+        jobs = jobs.filter(version=version)
     return jobs
 
 

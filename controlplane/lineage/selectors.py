@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any
 
 from django.db import connection
+from django.db.models import Count
 from django.db.models.expressions import RawSQL
 from django.utils.dateparse import parse_datetime
 
@@ -36,6 +37,7 @@ from controlplane.lineage.models import (
     ChainEdge,
     ReflogEntry,
     Snapshot,
+    SnapshotParent,
     Tag,
 )
 from controlplane.lineage.revision_sql import revision_sql
@@ -856,3 +858,70 @@ def branch_head(*, application: Application, branch: str) -> Snapshot | None:
         .first()
     )
     return None if found is None else found.head
+
+
+# -- what the lineage page shows besides the graph -------------------------------------------
+
+
+def refs_at(*, application: Application, ids: Sequence[str]) -> dict[str, list[str]]:
+    """snapshot id -> the ``heads/…`` and ``tags/…`` pointing at it, for `ids`."""
+    refs: dict[str, list[str]] = {}
+    branches = Branch.objects.filter(application=application, head__snapshot_id__in=ids)
+    for name, sid in branches.values_list("name", "head__snapshot_id"):
+        refs.setdefault(sid, []).append(f"heads/{name}")
+    tags = Tag.objects.filter(application=application, target__snapshot_id__in=ids)
+    for name, sid in tags.values_list("name", "target__snapshot_id"):
+        refs.setdefault(sid, []).append(f"tags/{name}")
+    return refs
+
+
+def snapshots_with_id_prefix(
+    *, application: Application, prefix: str, limit: int = 2
+) -> list[Snapshot]:
+    """At most `limit` indexed snapshots whose id starts with `prefix`."""
+    found = Snapshot.objects.filter(application=application, snapshot_id__startswith=prefix)
+    return list(found[:limit])
+
+
+def snapshot_find(*, application: Application, snapshot_id: str) -> Snapshot | None:
+    """The indexed snapshot with that full id, or None."""
+    return Snapshot.objects.filter(application=application, snapshot_id=snapshot_id).first()
+
+
+def snapshot_count(*, application: Application) -> int:
+    return Snapshot.objects.filter(application=application).count()
+
+
+def snapshot_kind_counts(*, application: Application) -> dict[str, int]:
+    """How many indexed snapshots of each kind (epoch, rescale, …) the application has."""
+    rows = (
+        Snapshot.objects.filter(application=application)
+        .values_list("kind")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    return dict(rows)  # type: ignore[arg-type]
+
+
+def snapshot_events(*, application: Application, limit: int) -> list[dict[str, Any]]:
+    """The newest commits that are not plain epochs (rescales, rollbacks, forks, …)."""
+    return list(
+        Snapshot.objects.filter(application=application)
+        .exclude(kind="epoch")
+        .order_by("-id")
+        .values("snapshot_id", "kind", "branch", "epoch", "created_at")[:limit]
+    )
+
+
+def tag_count(*, application: Application) -> int:
+    """Tags that point at a snapshot (deleted ones not counted)."""
+    return Tag.objects.filter(application=application, target__isnull=False).count()
+
+
+def snapshot_children(snapshot: Snapshot) -> list[tuple[str, str, str]]:
+    """(id, kind, branch) of each snapshot that has `snapshot` as a parent."""
+    return list(
+        SnapshotParent.objects.filter(parent=snapshot)
+        .select_related("child")
+        .values_list("child__snapshot_id", "child__kind", "child__branch")
+    )

@@ -44,6 +44,14 @@ def operation_get(*, operation_id: str) -> Operation:
         raise _operation_not_found(operation_id) from None
 
 
+def operation_find(*, operation_id: str) -> Operation | None:
+    """The operation with that id, or None (an id that is none, too)."""
+    try:
+        return operation_get(operation_id=operation_id)
+    except NotFound:
+        return None
+
+
 def operation_revision(*, operation_id: str) -> tuple[uuid.UUID, int]:
     """(id, revision) of the operation in one plain statement (a conditional read that finds
     it unchanged asks nothing else)."""

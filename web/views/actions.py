@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from controlplane.applications.models import Application
-from controlplane.applications.selectors import application_get
+from controlplane.applications.selectors import application_get, version_list
 from controlplane.audit.services import audit_request, outcome_of
 from controlplane.errors import EpochalError, NotFound
 from controlplane.jobs.health import job_health
@@ -238,7 +238,7 @@ def fork(request: HttpRequest, app: str) -> HttpResponse:
     source = job_get(name=source_name) if source_name else None
     status = 200
     if request.method == "POST":
-        form = forms.ForkForm(request.POST, versions=application.versions.order_by("number"))
+        form = forms.ForkForm(request.POST, versions=version_list(application=application))
         if form.is_valid():
             operation, status = _request_operation(
                 request,
@@ -257,7 +257,7 @@ def fork(request: HttpRequest, app: str) -> HttpResponse:
         initial = _initial(forms.ForkForm, request)
         if "snapshot" in initial and "branch" not in initial:
             initial["branch"] = f"fork-{initial['snapshot'][:8]}"
-        form = forms.ForkForm(initial=initial, versions=application.versions.order_by("number"))
+        form = forms.ForkForm(initial=initial, versions=version_list(application=application))
     context = {
         "application": application,
         "source_job": source,

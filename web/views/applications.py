@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from django.http import HttpRequest, HttpResponse
 
-from controlplane.applications.selectors import application_get, version_get, version_list
+from controlplane.applications.selectors import (
+    application_get,
+    version_children,
+    version_get,
+    version_list,
+)
 from controlplane.jobs.health import job_health
-from controlplane.jobs.models import Job
-from controlplane.lineage.models import Snapshot
-from controlplane.lineage.selectors import branch_list, tag_list
+from controlplane.jobs.selectors import job_list
+from controlplane.lineage.selectors import (
+    branch_list,
+    snapshot_count,
+    snapshot_find,
+    tag_list,
+)
 from web.access import viewer_required
 from web.views.base import domain_errors, page
 
@@ -17,14 +26,13 @@ from web.views.base import domain_errors, page
 @domain_errors
 def application_detail(request: HttpRequest, app: str) -> HttpResponse:
     application = application_get(name=app)
-    jobs = Job.objects.filter(application=application).select_related("application", "version")
     context = {
         "application": application,
-        "versions": list(version_list(application=application).order_by("-number")),
-        "health": job_health(jobs.order_by("name"), with_backlog=False),
+        "versions": list(version_list(application=application))[::-1],  # newest first
+        "health": job_health(job_list(application=application.name), with_backlog=False),
         "branches": branch_list(application=application),
         "tags": tag_list(application=application),
-        "snapshots": Snapshot.objects.filter(application=application).count(),
+        "snapshots": snapshot_count(application=application),
     }
     return page(request, "web/application.html", context)
 
@@ -36,16 +44,13 @@ def version_detail(request: HttpRequest, app: str, number: int) -> HttpResponse:
     version = version_get(application=application, number=number)
     source = None
     if version.source_snapshot_id:
-        source = Snapshot.objects.filter(
-            application=application, snapshot_id=version.source_snapshot_id
-        ).first()
-    jobs = Job.objects.filter(version=version).select_related("application", "version")
+        source = snapshot_find(application=application, snapshot_id=version.source_snapshot_id)
     context = {
         "application": application,
         "version": version,
         "source": source,
-        "children": list(version.children.order_by("number")),
-        "health": job_health(jobs.order_by("name"), with_backlog=False),
+        "children": version_children(version),
+        "health": job_health(job_list(version=version), with_backlog=False),
         "config": version.config,
     }
     return page(request, "web/version.html", context)

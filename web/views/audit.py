@@ -39,6 +39,8 @@ def audit(request: HttpRequest) -> HttpResponse:
     if kind and kind not in AuditKind.values:
         problems.append(f"kind {kind!r} is not one of {list(AuditKind.values)}")
         kind = ""
+    before = get.get("before", "")
+    before_id = int(before) if before.isdigit() else None
     since = _moment(get.get("since", ""), "since", problems)
     until = _moment(get.get("until", ""), "until", problems)
     try:
@@ -49,14 +51,12 @@ def audit(request: HttpRequest) -> HttpResponse:
             operation=get.get("operation", "").strip() or None,
             since=since,
             until=until,
+            before_id=before_id,
         )
     except InvalidRequest as exc:
         problems.append(exc.message)
-        entries = audit_list()
-    before = get.get("before", "")
-    if before.isdigit():
-        entries = entries.filter(id__lt=int(before))
-    rows = list(entries.select_related("operation")[: PAGE + 1])
+        entries = audit_list(before_id=before_id)
+    rows = list(entries[: PAGE + 1])
     more = len(rows) > PAGE
     rows = rows[:PAGE]
     query = get.copy()

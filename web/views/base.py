@@ -12,7 +12,7 @@ from django.shortcuts import render
 
 from controlplane.accounts.roles import user_role
 from controlplane.applications.errors import UnknownApplicationError, UnknownVersionError
-from controlplane.applications.models import Application
+from controlplane.applications.selectors import application_names
 from controlplane.errors import EpochalError, NotFound
 from controlplane.lineage.errors import LineageError, UnknownRevisionError
 from web.access import can_operate
@@ -31,9 +31,7 @@ def page(
     context = {
         "can_operate": can_operate(request),
         "role": user_role(request.user),
-        "nav_applications": list(
-            Application.objects.order_by("name").values_list("name", flat=True)
-        ),
+        "nav_applications": application_names(),
         **context,
     }
     return render(request, template, context, status=status)

@@ -3,12 +3,10 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 from urllib.parse import urlencode
 
 from django.core.cache import cache
-from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
@@ -16,20 +14,26 @@ from django.urls import reverse
 from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_get
 from controlplane.errors import EpochalError, InvalidRequest, NotFound
-from controlplane.jobs.models import Job
+from controlplane.jobs.selectors import job_list
 from controlplane.lineage.errors import InvalidCursorError, UnknownRevisionError
-from controlplane.lineage.models import Branch, Snapshot, SnapshotParent, Tag
+from controlplane.lineage.models import Snapshot
 from controlplane.lineage.selectors import (
     SnapshotSummary,
     branch_list,
     lineage_graph_page,
+    refs_at,
+    snapshot_children,
+    snapshot_events,
     snapshot_get,
     snapshot_is_ancestor,
+    snapshot_kind_counts,
     snapshot_log,
+    snapshots_with_id_prefix,
+    tag_count,
 )
 from controlplane.lineage.state_reads import key_state_at
 from controlplane.lineage.store_reads import snapshot_diff, snapshot_manifest_extras
-from controlplane.operations.models import Operation
+from controlplane.operations.selectors import operation_find
 from snapshots_store import StoreError
 from web import graph
 from web.access import viewer_required
@@ -43,14 +47,7 @@ KIND_COUNTS_TTL_S = 10  # counting a large lineage's commits by kind is the page
 
 
 def _refs_for(application: Application, ids: list[str]) -> dict[str, list[str]]:
-    refs: dict[str, list[str]] = {}
-    branches = Branch.objects.filter(application=application, head__snapshot_id__in=ids)
-    for name, sid in branches.values_list("name", "head__snapshot_id"):
-        refs.setdefault(sid, []).append(f"heads/{name}")
-    tags = Tag.objects.filter(application=application, target__snapshot_id__in=ids)
-    for name, sid in tags.values_list("name", "target__snapshot_id"):
-        refs.setdefault(sid, []).append(f"tags/{name}")
-    return refs
+    return refs_at(application=application, ids=ids)
 
 
 def _resolve_at(application: Application, at: str) -> Snapshot | None:
@@ -63,9 +60,7 @@ def _resolve_at(application: Application, at: str) -> Snapshot | None:
     except UnknownRevisionError:
         pass
     if len(at) >= 6 and all(c in "0123456789abcdef" for c in at):
-        found = list(
-            Snapshot.objects.filter(application=application, snapshot_id__startswith=at)[:2]
-        )
+        found = snapshots_with_id_prefix(application=application, prefix=at)
         if len(found) == 1:
             return found[0]
         if found:
@@ -129,20 +124,10 @@ def lineage(request: HttpRequest, app: str) -> HttpResponse:
     drawing = graph.layout(snapshots, refs, fold=fold)
     kinds = cache.get_or_set(
         f"web:lineage-kinds:{application.pk}:{application.created_at.timestamp()}",
-        lambda: dict(
-            Snapshot.objects.filter(application=application)
-            .values_list("kind")
-            .annotate(n=Count("id"))
-            .order_by()
-        ),
+        lambda: snapshot_kind_counts(application=application),
         KIND_COUNTS_TTL_S,
     )
-    events = list(
-        Snapshot.objects.filter(application=application)
-        .exclude(kind="epoch")
-        .order_by("-id")
-        .values("snapshot_id", "kind", "branch", "epoch", "created_at")[:EVENTS]
-    )
+    events = snapshot_events(application=application, limit=EVENTS)
     context: dict[str, Any] = {
         "application": application,
         "layout": drawing,
@@ -159,7 +144,7 @@ def lineage(request: HttpRequest, app: str) -> HttpResponse:
         "marks": graph.MARKS,
         "branch": branch,
         "branches": branches,
-        "tags_count": Tag.objects.filter(application=application, target__isnull=False).count(),
+        "tags_count": tag_count(application=application),
         "kinds": kinds,
         "total": sum(kinds.values()),
         "events": events,
@@ -187,19 +172,12 @@ def _snapshot_context(
             diff = snapshot_diff(application=application, snapshot=snapshot)
         except (StoreError, EpochalError) as exc:
             diff_error = f"the diff needs both manifests from the store: {exc}"
-    children = list(
-        SnapshotParent.objects.filter(parent=snapshot)
-        .select_related("child")
-        .values_list("child__snapshot_id", "child__kind", "child__branch")
-    )
+    children = snapshot_children(snapshot)
     operation = None
-    try:
-        if snapshot.operation_id:
-            operation = Operation.objects.filter(pk=uuid.UUID(snapshot.operation_id)).first()
-    except ValueError:
-        operation = None
+    if snapshot.operation_id:
+        operation = operation_find(operation_id=snapshot.operation_id)
     rollback_jobs, savepoint_jobs = [], []
-    for job in Job.objects.filter(application=application).order_by("name"):
+    for job in job_list(application=application.name):
         head = f"heads/{job.branch}"
         try:
             on_branch = snapshot_is_ancestor(

@@ -32,7 +32,7 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
     context = {
         "operation": operation,
         "watch_headers": watch_headers(etag),
-        "trail": list(audit_list(operation=str(operation.pk)).order_by("at", "id")[:200]),
+        "trail": list(audit_list(operation=str(operation.pk), oldest_first=True)[:200]),
     }
     template = "web/partials/operation_live.html" if is_htmx(request) else "web/operation.html"
     response = page(request, template, context)
@@ -69,7 +69,7 @@ def operations(request: HttpRequest) -> HttpResponse:
     context = {
         "operations": rows,
         "filters": filters,
-        "jobs": list(job_list().values_list("name", flat=True)),
+        "jobs": [job.name for job in job_list()],
         "kinds": OperationKind.values,
         "states": OperationState.values,
         "problems": problems,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 
 from controlplane.api.conditional import matches
-from controlplane.applications.models import Application
+from controlplane.applications.selectors import application_names
 from controlplane.jobs.health import job_health, stall_after_s
 from controlplane.jobs.models import JobState
 from controlplane.jobs.selectors import job_list
@@ -37,13 +37,11 @@ def overview(request: HttpRequest) -> HttpResponse:
             f"state {state!r} is not a job state; choose one of {list(JobState.values)}"
         )
         state = ""
-    known = list(Application.objects.order_by("name").values_list("name", flat=True))
+    known = application_names()
     if application and application not in known:
         problems.append(f"there is no application {application!r}; showing every application")
         application = ""
-    jobs = job_list(application=application or None, state=state or None)
-    if query:
-        jobs = jobs.filter(name__icontains=query)
+    jobs = job_list(application=application or None, state=state or None, name_contains=query)
     health = job_health(jobs)
     counts = {level: sum(1 for h in health if h.level == level) for level in LEVELS}
     if alarms_only:
