@@ -21,7 +21,7 @@ from rest_framework.views import APIView
 from controlplane.accounts.roles import ADMIN, VIEWER
 from controlplane.api.permissions import HasRole
 from controlplane.audit.rejections import UNAUTHENTICATED, count_rejection
-from controlplane.audit.services import audit_request, outcome_of
+from controlplane.audit.services import audit_request
 from controlplane.proxies import client_address
 
 _CONVERTER = re.compile(r"<(?:\w+:)?(\w+)>")
@@ -71,7 +71,6 @@ def audit_api_request(request: Any, response: Any, *, source: str = "api") -> No
         action=f"{method} /{route.lstrip('/')}",
         target=request.path,
         status_code=status_code,
-        outcome=outcome_of(status_code),
         source=source,
         operation=operation,
         detail=detail,

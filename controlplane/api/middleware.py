@@ -34,7 +34,7 @@ from controlplane.api.base import route_name
 from controlplane.api.errors import error_body
 from controlplane.api.request_bodies import read_body
 from controlplane.audit.rejections import UNAUTHENTICATED, count_rejection
-from controlplane.audit.services import audit_request, outcome_of
+from controlplane.audit.services import audit_request
 
 
 def _before_view(response: JsonResponse) -> JsonResponse:
@@ -158,7 +158,6 @@ class RefusalAuditMiddleware:
             action=f"{request.method} /{route_name(route).lstrip('/')}",
             target=request.path.replace("\x00", "%00"),
             status_code=response.status_code,
-            outcome=outcome_of(response.status_code),
             source="api" if request.path.startswith("/api/") else "web",
             detail=_refusal_detail(request, response),
         )

@@ -30,8 +30,11 @@ def audit_request(
     operation: Operation | None = None,
     detail: Mapping[str, Any] | None = None,
 ) -> AuditEntry:
-    """Record one request (REST call, dashboard action, CLI command)."""
+    """Record one request (REST call, dashboard action, CLI command); its `outcome` is the
+    status's word (`outcome_of`) unless given."""
     actor, name = _actor(user)
+    if not outcome and status_code is not None:
+        outcome = outcome_of(status_code)
     return AuditEntry.objects.create(
         kind=AuditKind.REQUEST,
         actor=actor,

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_get, version_list
-from controlplane.audit.services import audit_request, outcome_of
+from controlplane.audit.services import audit_request
 from controlplane.errors import EpochalError, NotFound
 from controlplane.jobs.health import job_health
 from controlplane.jobs.models import Job
@@ -144,7 +144,6 @@ def _request_operation(
             action=f"web {kind}",
             target=target,
             status_code=exc.http_status,
-            outcome=outcome_of(exc.http_status),
             source="web",
             detail={"code": exc.code, "message": exc.message[:500], "fields": sorted(exc.fields)},
         )
@@ -156,7 +155,6 @@ def _request_operation(
         action=f"web {kind}",
         target=target,
         status_code=202 if requested.created else 200,
-        outcome="accepted" if requested.created else "ok",
         source="web",
         operation=operation,
         detail={"params": operation.params},
@@ -280,7 +278,6 @@ def operation_cancel_view(request: HttpRequest, operation_id: str) -> HttpRespon
             action="web cancel",
             target=f"operation {operation.pk}",
             status_code=exc.http_status,
-            outcome=outcome_of(exc.http_status),
             source="web",
             operation=operation,
             detail={"code": exc.code, "message": exc.message[:500]},
@@ -292,7 +289,6 @@ def operation_cancel_view(request: HttpRequest, operation_id: str) -> HttpRespon
         action="web cancel",
         target=f"operation {operation.pk}",
         status_code=200,
-        outcome="ok",
         source="web",
         operation=operation,
     )

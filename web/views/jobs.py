@@ -230,7 +230,6 @@ def job_savepoint_schedule(request: HttpRequest, name: str) -> HttpResponse:
         action="web savepoint-schedule",
         target=f"job:{job.name}",
         status_code=200,
-        outcome="ok",
         source="web",
         detail={"interval_s": interval_s, "retention": retention},
     )
