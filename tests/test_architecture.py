@@ -8,6 +8,7 @@ and no arrow pointing up the layers (docs/architecture.md).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,9 +44,15 @@ def _resolve(name: str, modules: dict[str, Path]) -> str | None:
     return None
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """`path` parsed once per test session (every rule here walks the same modules)."""
+    return ast.parse(path.read_text(), str(path))
+
+
 def _imported_names(module: str, path: Path, modules: dict[str, Path]) -> Iterator[str]:
     is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(_tree(path)):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield alias.name
@@ -152,11 +159,11 @@ LONG_DECLARATIONS: dict[str, str] = {}
 layout's table of fields). Nothing in controlplane/operations needs it today."""
 
 
-def long_functions(source: str, module: str) -> list[str]:
+def long_functions(tree: ast.AST, module: str) -> list[str]:
     """``module:function (N lines)`` for every function (methods and nested ones too) of
-    `source` longer than `MAX_FUNCTION_LINES`, decorators not counted."""
+    `tree` longer than `MAX_FUNCTION_LINES`, decorators not counted."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             lines = (node.end_lineno or node.lineno) - node.lineno + 1
             if lines > MAX_FUNCTION_LINES:
@@ -173,12 +180,13 @@ def test_no_function_over_80_lines_in_controlplane_operations() -> None:
     found = [
         entry
         for name, path in modules.items()
-        for entry in long_functions(path.read_text(), name)
+        for entry in long_functions(_tree(path), name)
         if entry.split(" (")[0] not in LONG_DECLARATIONS
     ]
     assert not found, "functions over 80 lines (split them into named steps):\n" + "\n".join(found)
     body = "\n".join(f"    x{n} = {n}" for n in range(MAX_FUNCTION_LINES))
-    assert long_functions(f"def f():\n{body}\n", "m") == ["m:f (81 lines)"]  # the rule can fail
+    long = ast.parse(f"def f():\n{body}\n")
+    assert long_functions(long, "m") == ["m:f (81 lines)"]  # the rule can fail
 
 
 CONFIGURATION_MODULES = {"controlplane.config"}
@@ -186,11 +194,10 @@ CONFIGURATION_MODULES = {"controlplane.config"}
 asks it, once, at start-up; everything else reads `django.conf.settings`)."""
 
 
-def environment_reads(source: str) -> list[int]:
-    """Lines of `source` that read the process environment: ``os.environ`` (any use but
+def environment_reads(tree: ast.AST) -> list[int]:
+    """Lines of `tree` that read the process environment: ``os.environ`` (any use but
     ``os.environ.setdefault("DJANGO_SETTINGS_MODULE", …)``, the bootstrap of a Django
     process), ``os.getenv``, ``from os import environ / getenv``."""
-    tree = ast.parse(source)
     allowed: set[int] = set()
     for node in ast.walk(tree):
         if (
@@ -224,17 +231,17 @@ def test_only_the_configuration_module_reads_the_environment_in_the_control_plan
         f"{name}:{line}"
         for name, path in _our_modules().items()
         if name.startswith("controlplane.") and name not in CONFIGURATION_MODULES
-        for line in environment_reads(path.read_text())
+        for line in environment_reads(_tree(path))
     ]
     assert not found, (
         "environment read outside controlplane/config.py (add a setting to "
         "controlplane/settings.py and read django.conf.settings):\n" + "\n".join(found)
     )
-    assert environment_reads("import os\nx = os.environ.get('EPOCHAL_X', '1')\n") == [2]
-    assert environment_reads("from os import getenv\n") == [1]
-    assert (
-        environment_reads("import os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'x')\n") == []
-    )
+    read = "import os\nx = os.environ.get('EPOCHAL_X', '1')\n"
+    bootstrap = "import os\nos.environ.setdefault('DJANGO_SETTINGS_MODULE', 'x')\n"
+    assert environment_reads(ast.parse(read)) == [2]  # the rule can fail
+    assert environment_reads(ast.parse("from os import getenv\n")) == [1]
+    assert environment_reads(ast.parse(bootstrap)) == []
 
 
 REVISION_GRAMMAR = "snapshots_store.revisions"
@@ -242,11 +249,11 @@ _GRAMMAR_PATTERN = re.compile(r"\[\\?\^?[^\]]*~|~\(|~\[0-9|~\\d|\\\^\(|\\\^\[0-9
 _STEP_SPLITTERS = {"find", "rfind", "index", "rindex", "split", "rsplit", "partition", "rpartition"}
 
 
-def revision_grammars(source: str) -> list[int]:
-    """Lines of `source` that define revision syntax of their own: a regular expression over
+def revision_grammars(tree: ast.AST) -> list[int]:
+    """Lines of `tree` that define revision syntax of their own: a regular expression over
     ``~n`` / ``^n`` steps, or a string searched or split at ``~`` or ``^``."""
     lines = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             if _GRAMMAR_PATTERN.search(node.value):
                 lines.append(node.lineno)
@@ -267,14 +274,14 @@ def test_one_revision_grammar() -> None:
         f"{name}:{line}"
         for name, path in _our_modules().items()
         if name != REVISION_GRAMMAR
-        for line in revision_grammars(path.read_text())
+        for line in revision_grammars(_tree(path))
     ]
     assert not found, (
         "a second revision grammar (parse with snapshots_store.revisions.parse_revision):\n"
         + "\n".join(found)
     )
-    assert revision_grammars((ROOT / "snapshots_store" / "revisions.py").read_text())
+    assert revision_grammars(_tree(ROOT / "snapshots_store" / "revisions.py"))
     # What the three grammars before looked like is caught:
-    assert revision_grammars('_SUFFIX = r"(?:~(\\d*)|\\^(\\d*))\\Z"\n') == [1]
-    assert revision_grammars('P = r"[a-z]+([~^][0-9]{0,9})*$"\n') == [1]
-    assert revision_grammars('base, _, n = rev.rpartition("~")\n') == [1]
+    assert revision_grammars(ast.parse('_SUFFIX = r"(?:~(\\d*)|\\^(\\d*))\\Z"\n')) == [1]
+    assert revision_grammars(ast.parse('P = r"[a-z]+([~^][0-9]{0,9})*$"\n')) == [1]
+    assert revision_grammars(ast.parse('base, _, n = rev.rpartition("~")\n')) == [1]
