@@ -141,3 +141,98 @@ def test_the_checker_sees_function_level_imports_and_cycles() -> None:
     looped["snapshots_store.errors"].add("snapshots_store.repository")
     [cycle] = import_cycles(looped)
     assert {"snapshots_store.errors", "snapshots_store.repository"} <= set(cycle)
+
+
+# -- the engine's rooms: short functions; the runners' configuration read in one place ----------
+
+#: the longest function runners/engine/ may hold: a stage of the epoch, not the whole epoch
+ENGINE_FUNCTION_LINES = 80
+#: declarative code that may be longer (a table or a layout, not logic): module:function -> why
+ENGINE_LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def _where(path: Path) -> str:
+    """Our module's dotted name, or the file's stem for a file outside the repository."""
+    return _module_name(path) if path.is_relative_to(ROOT) else path.stem
+
+
+def long_functions(paths: list[Path], limit: int) -> list[str]:
+    """``module:function (n lines)`` for each function (methods and nested functions too) in
+    `paths` whose body runs over `limit` lines (from ``def`` to its last line)."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                assert node.end_lineno is not None
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append(f"{_where(path)}:{node.name} ({lines} lines)")
+    return found
+
+
+def test_no_engine_function_runs_over_80_lines() -> None:
+    paths = sorted((ROOT / "runners" / "engine").rglob("*.py"))
+    too_long = [
+        f
+        for f in long_functions(paths, ENGINE_FUNCTION_LINES)
+        if f.partition(" ")[0] not in ENGINE_LONG_FUNCTIONS
+    ]
+    assert not too_long, (
+        f"functions over {ENGINE_FUNCTION_LINES} lines in runners/engine/ (cut them into named "
+        "steps, as run_epoch's stages are; docs/engine.md):\n" + "\n".join(too_long)
+    )
+
+
+def test_the_length_rule_can_fail(tmp_path: Path) -> None:
+    body = "\n".join(f"        x{i} = {i}" for i in range(80))
+    source = tmp_path / "long.py"
+    source.write_text(f"def short():\n    pass\n\n\nclass C:\n    def long(self):\n{body}\n")
+    assert long_functions([source], ENGINE_FUNCTION_LINES) == ["long:long (81 lines)"]
+    assert not long_functions([source], 81)
+
+
+#: the one module of runners/ that reads the process environment (docs/architecture.md)
+RUNNERS_CONFIG = ROOT / "runners" / "config.py"
+
+
+def environ_reads(path: Path) -> list[str]:
+    """``module:line`` of each use of the process environment in `path` (reading it, or
+    changing it for what reads it later): ``os.environ``, ``os.getenv``, and
+    ``environ``/``getenv`` imported from os."""
+    found: list[int] = []
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        hit = (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("environ", "getenv", "environb", "getenvb")
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ) or (
+            isinstance(node, ast.ImportFrom)
+            and node.module == "os"
+            and any(a.name in ("environ", "getenv", "environb", "getenvb") for a in node.names)
+        )
+        if hit:
+            found.append(node.lineno)
+    return [f"{_where(path)}:{line}" for line in sorted(found)]
+
+
+def test_runners_read_the_environment_only_in_their_configuration() -> None:
+    reads = [
+        read
+        for path in sorted((ROOT / "runners").rglob("*.py"))
+        if path != RUNNERS_CONFIG
+        for read in environ_reads(path)
+    ]
+    assert not reads, (
+        "os.environ read in runners/ outside runners/config.py (add a field to "
+        "runners.config.RunnersConfig and take the object):\n" + "\n".join(reads)
+    )
+
+
+def test_the_environment_rule_can_fail(tmp_path: Path) -> None:
+    sneaky = tmp_path / "sneaky.py"
+    sneaky.write_text("import os\nfrom os import getenv\n\nA = os.environ.get('X')\n")
+    assert environ_reads(sneaky) == ["sneaky:2", "sneaky:4"]
+    (tmp_path / "clean.py").write_text("import os\n\nA = os.path.join('a', 'b')\n")
+    assert not environ_reads(tmp_path / "clean.py")
