@@ -35,8 +35,6 @@ from runners.launcher import LauncherError, pyspark_submit_args
 from runners.local import CREDENTIAL_NAMES, LocalLauncher
 
 MASTER_ENV: Final = config.STANDALONE_MASTER_ENV
-EXECUTOR_PYTHON_ENV: Final = config.STANDALONE_EXECUTOR_PYTHON_ENV
-EXECUTOR_PYTHONPATH_ENV: Final = config.STANDALONE_EXECUTOR_PYTHONPATH_ENV
 _MASTER: Final = re.compile(r"spark://[A-Za-z0-9.\-]+:\d{1,5}(,[A-Za-z0-9.\-]+:\d{1,5})*")
 
 

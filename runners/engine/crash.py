@@ -23,7 +23,6 @@ POINTS = (
 #: committed the first part of it (the Kafka crash tests use them)
 SINK_POINTS = ("after_prepare", "mid_sink_commit")
 ENV = config.CRASH_AT_ENV
-ONCE_ENV = config.CRASH_ONCE_ENV
 
 
 def crash_spec() -> tuple[str, int] | None:
