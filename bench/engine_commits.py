@@ -60,6 +60,8 @@ def _side(checkout: Path, sizes: list[str]) -> dict[str, Any]:
     report = json.loads(lines[-1])
     return {
         "engine_rps": report["engine_rps"],
+        #: where the engine's epochs went (driver, tasks, commit), to tell a side's slow run
+        "engine_phase_breakdown": report.get("engine_phase_breakdown"),
         "checksums_match": bool(report.get("checksums_match", False)),
         "exit_status": done.returncode,
         "wall_s": round(wall_s, 1),
