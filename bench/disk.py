@@ -75,7 +75,7 @@ def parallel_read_mb_s(
     files: Sequence[Path], *, streams: int, read_bytes: int, read_ahead: int
 ) -> tuple[float, int, float]:
     """(MB/s, bytes, seconds) of reading `files` the way the engine's restore stage reads the
-    store's packs (`runners.engine.chunks.restore_claimed`): `streams` threads (the stage's
+    store's packs (`runners.engine.state.restore.restore_claimed`): `streams` threads (the stage's
     tasks times their reading threads) each claim the next file nobody has taken and read it in
     `read_bytes` reads, while a read-ahead thread asks the kernel (``posix_fadvise(WILLNEED)``)
     to start reading the files after the claims, up to `read_ahead` bytes ahead (0: none)."""

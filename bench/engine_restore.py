@@ -10,7 +10,7 @@ state back, against the disk's own sequential read bandwidth measured in the sam
    per core (2 on local[2]); each task's threads claim batches of key groups as they go and
    load them into the state cache, the store reading ahead of the claims: long sequential
    range reads of the packs, each key group verified, decompressed into its state-cache file
-   and mapped in the reading thread (runners/engine/chunks.py `restore_claimed`).
+   and mapped in the reading thread (runners/engine/state/restore.py `restore_claimed`).
    Two rates over the stored bytes the tasks read (manifest stats ``restore_bytes``):
    ``restore_stage_mb_s`` over the whole restore stage (``restore_s``: the stage's Spark
    job as the driver sees it, task launch and the workers' start included) — this is
@@ -23,11 +23,12 @@ state back, against the disk's own sequential read bandwidth measured in the sam
    the same way. ``disk_read_mb_s`` reads them **as the restore stage reads the packs**
    (`bench.disk.parallel_read_mb_s`): as many streams as the stage has reading threads
    (one task per core, `READ_THREADS` each), each claiming the next file and reading it in
-   `MAX_READ` reads, with the same read-ahead (`READ_AHEAD`, ``posix_fadvise(WILLNEED)``)
-   ahead of the claims; ``disk_read_single_stream_mb_s`` reads them one after the other in
-   32 MiB reads, beside it. Each way reads two copies, one just before the restart and one
-   just after it (each read once: a second read of the same files comes from the host's
-   cache at twice the speed even with the guest's page cache dropped), and reports the
+   `MAX_READ` reads, with the same read-ahead (`restore_read_ahead_bytes`,
+   ``posix_fadvise(WILLNEED)``) ahead of the claims; ``disk_read_single_stream_mb_s`` reads
+   them one after the other in 32 MiB reads, beside it. Each way reads two copies, one just
+   before the restart and one just after it (each read once: a second read of the same files
+   comes from the host's cache at twice the speed even with the guest's page cache dropped),
+   and reports the
    mean, so a disk that speeds up or slows down during the part moves the baseline the way
    it moved the restore. ``restore_ratio`` = ``restore_stage_mb_s`` ÷ ``disk_read_mb_s``
    (target ≥ 0.5); ``restore_span_ratio`` the inner span's rate ÷ the same baseline.
@@ -55,7 +56,7 @@ from bench import disk
 from bench.datagen import EpochSet
 from bench.engine_job import aggregate_job
 from bench.timing import log
-from runners.engine.chunks import READ_AHEAD
+from runners import config
 from snapshots_store.packs import MAX_READ, READ_THREADS
 
 MAX_PARALLELISM = 128
@@ -115,7 +116,10 @@ def measure(spark: Any, work: Path, store_url: str, namespace: str, sizes: Resto
 
     def parallel(files: list[Path]) -> tuple[float, int, float]:
         return disk.parallel_read_mb_s(
-            files, streams=streams, read_bytes=MAX_READ, read_ahead=READ_AHEAD
+            files,
+            streams=streams,
+            read_bytes=MAX_READ,
+            read_ahead=config.current().restore_read_ahead_bytes,
         )
 
     # Two baseline copies per way of reading, each read once: a second read of the same
@@ -187,7 +191,7 @@ def measure(spark: Any, work: Path, store_url: str, namespace: str, sizes: Resto
             "disk_parallel": {
                 "streams": streams,
                 "read_bytes": MAX_READ,
-                "read_ahead_bytes": READ_AHEAD,
+                "read_ahead_bytes": config.current().restore_read_ahead_bytes,
                 "read_s": [round(parallel_before[2], 3), round(parallel_after[2], 3)],
                 "mb_s_before_after": [round(parallel_before[0], 1), round(parallel_after[0], 1)],
             },

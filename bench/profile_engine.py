@@ -27,6 +27,7 @@ import pstats
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.datagen import EpochSet
     from bench.engine import _engine_job
-    from runners.engine import chunks
+    from runners import config
+    from runners.engine.state import memory_cache
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-profile-"))
     data = EpochSet(
@@ -197,24 +199,23 @@ def main(argv: list[str] | None = None) -> int:
             )
             # What a task pays when its parent state is not in this worker's memory cache:
             # from the machine's disk cache (when the engine has one), then from the store.
-            from runners.engine.chunks import load_key_group
+            from runners.engine.state.restore import load_key_group
 
             repo = plan.repo()
             chains = list(plan.key_groups.values())
             for label, disk in (("disk cache", True), ("store only (no caches)", False)):
-                saved = getattr(chunks, "DISK_CACHE_BYTES", None)
-                if not disk and saved is not None:
-                    chunks.DISK_CACHE_BYTES = 0
-                chunks.cache_clear()
+                saved = config.current()
+                if not disk:
+                    config.use(replace(saved, state_cache_disk_bytes=0))
+                memory_cache.cache_clear()
                 c0 = time.perf_counter()
                 for chain in chains:
-                    load_key_group(repo, chain, job.key_columns, None)
+                    load_key_group(repo, chain, job.key_columns)
                 print(
                     f"parent state reload, memory cache cleared, {label}: {len(chains)} key "
                     f"groups in {time.perf_counter() - c0:.2f} s"
                 )
-                if saved is not None:
-                    chunks.DISK_CACHE_BYTES = saved
+                config.use(saved)
             print("\nfirst half of task 0, step by step:")
             for name, seconds in _map_stages(job, splits, 0, plan.parallelism):
                 print(f"  {seconds:7.3f} s  {name}")

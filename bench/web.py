@@ -71,7 +71,7 @@ def build_job(*, epochs: int, seed: int, root: Path) -> dict[str, Any]:
     from controlplane.jobs.services import job_create
     from controlplane.lineage.services import reindex_application
     from controlplane.operations.models import Operation
-    from runners.engine import chunks
+    from runners.engine.state import codec
     from snapshots_store import Manifest, Repository
 
     started = time.monotonic()
@@ -100,7 +100,7 @@ def build_job(*, epochs: int, seed: int, root: Path) -> dict[str, Any]:
     rng = random.Random(seed)
 
     def chunk(group: int, epoch: int) -> str:
-        payload = chunks.encode_table(chunks.with_deleted(_table(rng, group, epoch)))
+        payload = codec.encode_table(codec.with_deleted(_table(rng, group, epoch)))
         return repo.put_object("chunk", payload)
 
     key_groups: dict[int, tuple[str, ...]] = {g: (chunk(g, 0),) for g in range(M)}

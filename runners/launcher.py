@@ -16,12 +16,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
+from runners import config
 from runners.job_spec import JobSpec
 
 STOP_KEY: Final = "stop"
 """Control-document key of a stop request: {"run_id": …, "requested_at": …, "reason": …}."""
 
-RUN_ID_ENV: Final = "EPOCHAL_RUN_ID"
+RUN_ID_ENV: Final = config.RUN_ID_ENV
 """Environment variable that tells the job its run id (to match a stop request against)."""
 
 _CONTROL_ATTEMPTS: Final = 8

@@ -6,28 +6,30 @@ them, so the arrows run `launchers -> local | standalone | kubernetes -> launche
 
 from __future__ import annotations
 
-import os
-
+from runners import config
+from runners.config import RunnersConfig
 from runners.launcher import Launcher, LauncherError
 
 #: The launchers by name (`RUNNER`, a job's `runner`): the one list every check uses.
 RUNNERS = ("local", "kubernetes", "standalone")
 
 
-def get_launcher(name: str | None = None) -> Launcher:
-    """The launcher for `name`, or for `RUNNER` (default `local`), configured from the env."""
-    chosen = (name or os.environ.get("RUNNER", "").strip() or "local").lower()
+def get_launcher(name: str | None = None, configuration: RunnersConfig | None = None) -> Launcher:
+    """The launcher for `name`, or for `RUNNER` (default `local`), set up from the runners'
+    configuration (default: this process's, runners/config.py)."""
+    settings = configuration or config.current()
+    chosen = (name or settings.runner).lower()
     if chosen == "local":
         from runners.local import LocalLauncher
 
-        return LocalLauncher.from_env()
+        return LocalLauncher.from_config(settings)
     if chosen == "kubernetes":
         # Imported only when chosen: the Kubernetes client is slow to import.
         from runners.kubernetes import KubernetesLauncher
 
-        return KubernetesLauncher.from_env()
+        return KubernetesLauncher.from_config(settings)
     if chosen == "standalone":
         from runners.standalone import StandaloneLauncher
 
-        return StandaloneLauncher.from_env()
+        return StandaloneLauncher.from_config(settings)
     raise LauncherError(f"RUNNER={chosen!r} is not supported: use {', '.join(RUNNERS)}")

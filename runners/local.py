@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from runners import config
+from runners.config import RunnersConfig
 from runners.job_spec import ENGINE_MODULE, JobSpec
 from runners.launcher import (
     RUN_ID_ENV,
@@ -104,9 +106,9 @@ class LocalLauncher:
         self.standbys = Standbys(self.runs_dir)
 
     @classmethod
-    def from_env(cls) -> LocalLauncher:
+    def from_config(cls, settings: RunnersConfig) -> LocalLauncher:
         """Runs under `$EPOCHAL_VAR_DIR/runs` (default `var/runs` in the project)."""
-        var_dir = Path(os.environ.get("EPOCHAL_VAR_DIR") or PROJECT_ROOT / "var")
+        var_dir = Path(settings.var_dir or PROJECT_ROOT / "var")
         return cls(runs_dir=var_dir / "runs")
 
     # -- paths and bookkeeping ------------------------------------------------------------
@@ -158,7 +160,7 @@ class LocalLauncher:
     def environment(self, spec: JobSpec) -> dict[str, str]:
         """The job's environment: Spark in local[parallelism] mode, run id, project importable."""
         master = f"local[{spec.parallelism}]"
-        env = {**os.environ, **self.env}
+        env = {**config.environment(), **self.env}
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         env["SPARK_MASTER"] = master
         env["PYSPARK_SUBMIT_ARGS"] = pyspark_submit_args(

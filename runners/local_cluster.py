@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runners import config
 from runners.processes import read_json, write_json
 
 #: How long the master and its workers may take to register (a JVM start each).
@@ -92,7 +93,8 @@ class LocalCluster:
         return self.worker_dir(index) / "state-cache"
 
     def _env(self, index: int | None) -> dict[str, str]:
-        env = {**os.environ, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1"}
+        env = config.environment()
+        env.update(SPARK_HOME=str(spark_home()), SPARK_LOCAL_IP="127.0.0.1")
         env.pop("PYSPARK_SUBMIT_ARGS", None)
         if index is not None:
             home = self.worker_dir(index)

@@ -24,19 +24,17 @@ standby driver here would hold cluster executors while it waits, so none is star
 
 from __future__ import annotations
 
-import os
 import re
-import sys
 from collections.abc import Mapping
 from typing import Final
 
+from runners import config
+from runners.config import RunnersConfig
 from runners.job_spec import JobSpec
 from runners.launcher import LauncherError, pyspark_submit_args
 from runners.local import CREDENTIAL_NAMES, LocalLauncher
 
-MASTER_ENV: Final = "SPARK_STANDALONE_MASTER"
-EXECUTOR_PYTHON_ENV: Final = "SPARK_STANDALONE_EXECUTOR_PYTHON"
-EXECUTOR_PYTHONPATH_ENV: Final = "SPARK_STANDALONE_EXECUTOR_PYTHONPATH"
+MASTER_ENV: Final = config.STANDALONE_MASTER_ENV
 _MASTER: Final = re.compile(r"spark://[A-Za-z0-9.\-]+:\d{1,5}(,[A-Za-z0-9.\-]+:\d{1,5})*")
 
 
@@ -69,18 +67,18 @@ class StandaloneLauncher(LocalLauncher):
         self.executor_pythonpath = executor_pythonpath
 
     @classmethod
-    def from_env(cls) -> StandaloneLauncher:
-        master = os.environ.get(MASTER_ENV, "").strip()
+    def from_config(cls, settings: RunnersConfig) -> StandaloneLauncher:
+        master = settings.standalone_master
         if not master:
             raise LauncherError(
                 f"RUNNER=standalone needs {MASTER_ENV}=spark://HOST:PORT (an admin's setting: "
                 "the cluster's master URL)"
             )
-        local = LocalLauncher.from_env()
+        local = LocalLauncher.from_config(settings)
         return cls(
             master=master,
-            executor_python=os.environ.get(EXECUTOR_PYTHON_ENV) or sys.executable,
-            executor_pythonpath=os.environ.get(EXECUTOR_PYTHONPATH_ENV) or None,
+            executor_python=settings.standalone_executor_python,
+            executor_pythonpath=settings.standalone_executor_pythonpath,
             runs_dir=local.runs_dir,
         )
 

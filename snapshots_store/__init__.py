@@ -6,6 +6,7 @@ See docs/store-format.md for the format and the contract; `Repository` is the en
 from snapshots_store.backends import Backend, PrefixedBackend, open_backend
 from snapshots_store.diff import KeyGroupChange, OffsetChange, SnapshotDiff
 from snapshots_store.errors import (
+    BranchConflictError,
     ControlConflictError,
     CorruptObjectError,
     InvalidNameError,
@@ -26,6 +27,7 @@ from snapshots_store.repository import Repository
 
 __all__ = [
     "Backend",
+    "BranchConflictError",
     "ControlConflictError",
     "CorruptObjectError",
     "FsckProblem",

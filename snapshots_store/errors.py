@@ -79,6 +79,14 @@ class RefConflictError(StoreError):
         )
 
 
+class BranchConflictError(RefConflictError):
+    """The branch is not where an operation needs it; the message says what to do."""
+
+    def __init__(self, name: str, expected: str | None, actual: str | None, advice: str) -> None:
+        super().__init__(name, expected, actual)
+        self.args = (advice,)
+
+
 class ControlConflictError(RefConflictError):
     """The control document changed since the caller read it (its version token differs)."""
 

@@ -133,6 +133,27 @@ def spark() -> Iterator[Any]:
 
 
 @pytest.fixture(autouse=True)
+def _runners_config_follows_monkeypatch(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The runners read their configuration once per process (runners/config.py). A test
+    that changes a variable with ``monkeypatch.setenv`` / ``delenv`` stands for a process
+    started with it: the configuration is read again after each change, and the next test
+    gets the configuration this one started with."""
+    from runners import config
+
+    saved = config.current()
+    for name in ("setenv", "delenv"):
+        change = getattr(monkeypatch, name)
+
+        def changed(*args: Any, _change: Any = change, **kwargs: Any) -> None:
+            _change(*args, **kwargs)
+            config.reload()
+
+        setattr(monkeypatch, name, changed)
+    yield
+    config.use(saved)
+
+
+@pytest.fixture(autouse=True)
 def _no_change_listener_left() -> Iterator[None]:
     """A watch starts this process's change listener (controlplane/changes/feed.py); its
     connection would keep the test database from being dropped, so it ends with the test."""

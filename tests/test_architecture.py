@@ -285,3 +285,45 @@ def test_one_revision_grammar() -> None:
     assert revision_grammars(ast.parse('_SUFFIX = r"(?:~(\\d*)|\\^(\\d*))\\Z"\n')) == [1]
     assert revision_grammars(ast.parse('P = r"[a-z]+([~^][0-9]{0,9})*$"\n')) == [1]
     assert revision_grammars(ast.parse('base, _, n = rev.rpartition("~")\n')) == [1]
+
+
+# -- the engine's rooms: short functions; the runners' configuration read in one place ----------
+
+#: declarative code of runners/engine/ that may be longer (a table or a layout, not logic)
+ENGINE_LONG_FUNCTIONS: dict[str, str] = {}
+
+
+def test_no_engine_function_runs_over_80_lines() -> None:
+    too_long = [
+        entry
+        for name, path in _our_modules().items()
+        if name.startswith("runners.engine")
+        for entry in long_functions(_tree(path), name)
+        if entry.split(" (")[0] not in ENGINE_LONG_FUNCTIONS
+    ]
+    assert not too_long, (
+        f"functions over {MAX_FUNCTION_LINES} lines in runners/engine/ (cut them into named "
+        "steps, as run_epoch's stages are; docs/engine.md):\n" + "\n".join(too_long)
+    )
+    method = "\n".join(f"        x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    nested = ast.parse(f"def short():\n    pass\n\n\nclass C:\n    def long(self):\n{method}\n")
+    assert long_functions(nested, "m") == ["m:long (81 lines)"]  # the rule can fail
+
+
+#: the one module of runners/ that reads the process environment (docs/architecture.md)
+RUNNERS_CONFIGURATION = "runners.config"
+
+
+def test_runners_read_the_environment_only_in_their_configuration() -> None:
+    reads = [
+        f"{name}:{line}"
+        for name, path in _our_modules().items()
+        if name.startswith("runners.") and name != RUNNERS_CONFIGURATION
+        for line in environment_reads(_tree(path))
+    ]
+    assert not reads, (
+        "os.environ read in runners/ outside runners/config.py (add a field to "
+        "runners.config.RunnersConfig and take the object):\n" + "\n".join(reads)
+    )
+    sneaky = "import os\nfrom os import getenv\n\nA = os.environ.get('X')\n"
+    assert environment_reads(ast.parse(sneaky)) == [2, 4]  # the rule can fail

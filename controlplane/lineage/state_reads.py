@@ -22,27 +22,24 @@ import pyarrow as pa
 from controlplane.applications.models import Application
 from controlplane.errors import InvalidRequest, NotFound
 from controlplane.jobs.store import application_repository
-from runners.engine import chunks
 from runners.engine.keygroups import key_group_of, operator_index
 from runners.engine.keys import UnsupportedKeyError
+from runners.engine.repos import repository as shared_repository
+from runners.engine.state.restore import load_key_group
 from snapshots_store import Manifest, Repository, StoreError
 
 _SIZE_CACHE_ENTRIES = 200_000
 _sizes: OrderedDict[str, int] = OrderedDict()
-_repos: dict[tuple[str, str], Repository] = {}
 _lock = threading.Lock()
 
 
 def repository(application: Application) -> Repository:
     """One Repository per (store, namespace) per process, so its manifest cache is shared."""
-    key = (application.effective_store_url, application.store_namespace)
-    with _lock:
-        repo = _repos.get(key)
-    if repo is None:
-        repo = application_repository(application)
-        with _lock:
-            repo = _repos.setdefault(key, repo)
-    return repo
+    return shared_repository(
+        application.effective_store_url,
+        application.store_namespace,
+        lambda: application_repository(application),
+    )
 
 
 def read_manifest(application: Application, snapshot_id: str) -> Manifest:
@@ -187,7 +184,7 @@ def key_state_at(*, application: Application, snapshot_id: str, key: str) -> Key
         rows: list[dict[str, Any]] = []
         if chain:
             try:
-                table = chunks.load_key_group(repo, chain, key_columns, use_cache=False).table
+                table = load_key_group(repo, chain, key_columns, use_cache=False).table
             except StoreError as exc:
                 raise NotFound(
                     f"key group {group} of snapshot {snapshot_id[:12]} cannot be read ({exc}); "

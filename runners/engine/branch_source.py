@@ -34,6 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from runners.engine.output import EPOCH, _manifest_tables
+from runners.engine.repos import repository
 from runners.engine.sources import Split, SplitData
 from snapshots_store import Manifest, Repository
 
@@ -87,15 +88,7 @@ def upstream_epochs(repo: Repository, branch: str) -> list[UpstreamEpoch]:
     return epochs
 
 
-_repos: dict[tuple[str, str], Repository] = {}
 _TYPES = {"string": pa.string(), "int64": pa.int64(), "float64": pa.float64(), "bool": pa.bool_()}
-
-
-def _open(url: str, namespace: str) -> Repository:
-    key = (url, namespace)
-    if key not in _repos:
-        _repos[key] = Repository.open(url, namespace)
-    return _repos[key]
 
 
 @dataclass
@@ -136,7 +129,7 @@ class BranchOutputSource:
         return str(point["to_branch"]), None, self.branch
 
     def repo(self) -> Repository:
-        return _open(self.store_url, self.namespace)
+        return repository(self.store_url, self.namespace)
 
     def describe(self) -> str:
         return f"branch {self.branch!r} of {self.namespace!r}"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 import signal
 
+from runners import config
+
 POINTS = (
     "before_chunks",
     "after_chunks",
@@ -20,13 +22,12 @@ POINTS = (
 #: points of a job with sinks (sinks.py): after the sinks staged the epoch, and after a sink
 #: committed the first part of it (the Kafka crash tests use them)
 SINK_POINTS = ("after_prepare", "mid_sink_commit")
-ENV = "EPOCHAL_CRASH_AT"
-ONCE_ENV = "EPOCHAL_CRASH_ONCE_FILE"
+ENV = config.CRASH_AT_ENV
 
 
 def crash_spec() -> tuple[str, int] | None:
-    """The (point, epoch) from the environment, or None."""
-    raw = os.environ.get(ENV, "").strip()
+    """The (point, epoch) of this process's configuration (``$EPOCHAL_CRASH_AT``), or None."""
+    raw = config.current().crash_at
     if not raw:
         return None
     point, _, epoch = raw.partition(":")
@@ -41,7 +42,7 @@ def maybe_crash(spec: tuple[str, int] | None, point: str, epoch: int, driver_pid
     """SIGKILL the driver (and this process) when `spec` names this point and epoch."""
     if spec is None or spec != (point, epoch):
         return
-    once = os.environ.get(ONCE_ENV)
+    once = config.current().crash_once_file
     if once:
         try:
             os.close(os.open(once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))

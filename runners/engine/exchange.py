@@ -29,9 +29,10 @@ from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 
+from runners import config
 from runners.engine.sources import DeadLetter
 
-EXCHANGE_DIR_ENV = "EPOCHAL_EXCHANGE_DIR"
+EXCHANGE_DIR_ENV = config.EXCHANGE_DIR_ENV
 #: how long a task waits for a piece another task claimed before mapping it itself (the
 #: claimer may have failed: Spark retries a task, never its claims)
 CLAIMED_TIMEOUT_S = 60.0
@@ -54,7 +55,7 @@ class MapShare:
 
 def exchange_root(master: str | None) -> str | None:
     """Where epochs' exchange directories go, or None when there is none for this master."""
-    configured = os.environ.get(EXCHANGE_DIR_ENV)
+    configured = config.current().exchange_dir
     if configured:
         return configured
     if master is not None and master.startswith("local"):

@@ -27,7 +27,6 @@ from typing import Any
 
 from runners.engine.kafka_client import (
     KafkaError,
-    admin,
     admin_types,
     ask,
     check_bootstrap,
@@ -147,9 +146,6 @@ class KafkaSource:
         return f"Kafka topic {topic!r} partition {number}"
 
     # -- driver side -------------------------------------------------------------------------
-
-    def _admin(self) -> Any:
-        return admin(self.bootstrap_servers, self.config)
 
     def partitions(self) -> list[str]:
         """The ``<topic>:<partition>`` names the source reads now (sorted)."""

@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from runners.engine.chunks import decode_table
+from runners.engine.state.codec import decode_table
 from snapshots_store import Repository
 
 EPOCH = "_epoch"

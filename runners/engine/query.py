@@ -20,9 +20,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runners.engine import chunks
 from runners.engine.branch_source import upstream_epoch_at
 from runners.engine.keygroups import key_group_of
+from runners.engine.state.codec import lookup_key
+from runners.engine.state.restore import load_key_group
 from runners.engine.tasks import EXPIRES, STATE
 from snapshots_store import Manifest, Repository
 
@@ -111,7 +112,7 @@ def _load(repo: Repository, manifest: Manifest, kg: int, keys: Sequence[str]) ->
     chain = manifest.key_groups.get(kg)
     if not chain:
         return None
-    return chunks.load_key_group(repo, chain, keys).table
+    return load_key_group(repo, chain, keys).table
 
 
 def state_at(
@@ -132,7 +133,6 @@ def state_at(
     Without any of these: no rows, and the key groups that hold state at the snapshot."""
     snapshot_id = repo.resolve(snapshot)
     manifest = repo.read_manifest(snapshot_id)
-    m = manifest.max_parallelism
     limit = max(1, min(int(limit), MAX_LIMIT))
     answer: dict[str, Any] = {
         "status": "ok",
@@ -140,66 +140,98 @@ def state_at(
         "epoch": manifest.epoch,
         "branch": branch or manifest.branch,
     }
-    now = manifest.processing_time_ms
     if key is None and key_group is None and key_from is None and key_to is None:
         # no selector: what can be asked at this snapshot (its non-empty key groups)
         return StateAnswer(key_groups=sorted(manifest.key_groups), **answer)
     keys = key_columns_of(manifest)
     if key is not None:
-        value = tuple(key) if isinstance(key, list) else key
-        if len(keys) > 1 and not (isinstance(value, tuple) and len(value) == len(keys)):
-            raise StateQueryError(f"the key has {len(keys)} columns {keys}: give one value each")
-        kg = key_group_of(value, m)
-        table = _load(repo, manifest, kg, keys)
-        rows: list[dict[str, Any]] = []
-        if table is not None and table.num_rows:
-            probe = pa.table(
-                {c: [v] for c, v in zip(keys, value if len(keys) > 1 else (value,), strict=True)}
-            )
-            try:
-                probe = probe.cast(table.select(keys).schema)
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-                raise StateQueryError(f"key {value!r} does not fit the key: {exc}") from None
-            hit = pc.is_in(chunks.lookup_key(table, keys), chunks.lookup_key(probe, keys))
-            rows = _rows(table.filter(hit), now)
-        return StateAnswer(rows=rows, key_groups=[kg], **answer)
+        return _one_key(repo, manifest, keys, key, answer)
     if key_group is not None:
-        start = 0 if cursor is None else _cursor(cursor)
-        if not 0 <= key_group < m:
-            raise StateQueryError(f"key group {key_group} is outside 0..{m - 1}")
-        table = _load(repo, manifest, key_group, keys)
-        if table is None:
-            return StateAnswer(key_groups=[key_group], **answer)
-        table = table.sort_by([(c, "ascending") for c in keys])
-        page = table.slice(start, limit)
-        more = start + limit < table.num_rows
-        return StateAnswer(
-            rows=_rows(page, now),
-            key_groups=[key_group],
-            next_cursor=f"{start + limit}" if more else None,
-            **answer,
-        )
+        return _one_key_group(repo, manifest, keys, key_group, limit, cursor, answer)
     if len(keys) != 1:
         raise StateQueryError("key ranges need a single key column")
-    # a range: every key group in order from the cursor's group, `limit` rows per page;
-    # the cursor is "<key group>:<row offset in its sorted matches>"
+    return _key_range(repo, manifest, keys[0], key_from, key_to, limit, cursor, answer)
+
+
+def _one_key(
+    repo: Repository, manifest: Manifest, keys: list[str], key: Any, answer: dict[str, Any]
+) -> StateAnswer:
+    value = tuple(key) if isinstance(key, list) else key
+    if len(keys) > 1 and not (isinstance(value, tuple) and len(value) == len(keys)):
+        raise StateQueryError(f"the key has {len(keys)} columns {keys}: give one value each")
+    kg = key_group_of(value, manifest.max_parallelism)
+    table = _load(repo, manifest, kg, keys)
+    rows: list[dict[str, Any]] = []
+    if table is not None and table.num_rows:
+        probe = pa.table(
+            {c: [v] for c, v in zip(keys, value if len(keys) > 1 else (value,), strict=True)}
+        )
+        try:
+            probe = probe.cast(table.select(keys).schema)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise StateQueryError(f"key {value!r} does not fit the key: {exc}") from None
+        hit = pc.is_in(lookup_key(table, keys), lookup_key(probe, keys))
+        rows = _rows(table.filter(hit), manifest.processing_time_ms)
+    return StateAnswer(rows=rows, key_groups=[kg], **answer)
+
+
+def _one_key_group(
+    repo: Repository,
+    manifest: Manifest,
+    keys: list[str],
+    key_group: int,
+    limit: int,
+    cursor: str | None,
+    answer: dict[str, Any],
+) -> StateAnswer:
+    start = 0 if cursor is None else _cursor(cursor)
+    m = manifest.max_parallelism
+    if not 0 <= key_group < m:
+        raise StateQueryError(f"key group {key_group} is outside 0..{m - 1}")
+    table = _load(repo, manifest, key_group, keys)
+    if table is None:
+        return StateAnswer(key_groups=[key_group], **answer)
+    table = table.sort_by([(c, "ascending") for c in keys])
+    page = table.slice(start, limit)
+    more = start + limit < table.num_rows
+    return StateAnswer(
+        rows=_rows(page, manifest.processing_time_ms),
+        key_groups=[key_group],
+        next_cursor=f"{start + limit}" if more else None,
+        **answer,
+    )
+
+
+def _key_range(
+    repo: Repository,
+    manifest: Manifest,
+    key: str,
+    key_from: Any,
+    key_to: Any,
+    limit: int,
+    cursor: str | None,
+    answer: dict[str, Any],
+) -> StateAnswer:
+    """Every key group in order from the cursor's group, `limit` rows per page; the cursor
+    is "<key group>:<row offset in its sorted matches>"."""
+    m, now = manifest.max_parallelism, manifest.processing_time_ms
     group, skip = (0, 0) if cursor is None else _range_cursor(cursor)
     found: list[dict[str, Any]] = []
     visited: list[int] = []
     for kg in range(group, m):
-        table = _load(repo, manifest, kg, keys)
+        table = _load(repo, manifest, kg, [key])
         visited.append(kg)
         if table is None or not table.num_rows:
             skip = 0
             continue
-        column = table.column(keys[0])
+        column = table.column(key)
         mask = None
         if key_from is not None:
             mask = pc.greater_equal(column, pa.scalar(key_from, column.type))
         if key_to is not None:
             below = pc.less(column, pa.scalar(key_to, column.type))
             mask = below if mask is None else pc.and_(mask, below)
-        matches = table.filter(mask).sort_by([(keys[0], "ascending")])
+        matches = table.filter(mask).sort_by([(key, "ascending")])
         take = matches.slice(skip, limit - len(found))
         found.extend(_rows(take, now))
         if len(found) >= limit:

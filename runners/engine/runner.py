@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from runners import config
 from runners.engine import exchange
 from runners.engine import routing as routes
 from runners.engine.crash import crash_spec, maybe_crash
@@ -54,7 +55,7 @@ from runners.engine.tasks import (
     scan_partition,
     split_partition,
 )
-from runners.launcher import RUN_ID_ENV, stop_requested
+from runners.launcher import stop_requested
 from snapshots_store import Manifest, PrefixedBackend, RefConflictError, Repository
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ class EpochRunner:
         self.stopped_reason: str | None = None
         #: the run id a stop request in the control document must name (default
         #: $EPOCHAL_RUN_ID; None: stop requests are ignored)
-        self.run_id = run_id if run_id is not None else os.environ.get(RUN_ID_ENV) or None
+        self.run_id = run_id if run_id is not None else config.current().run_id
         #: set by `interrupt` (a signal handler or another thread): no further epoch commits
         self.interrupted: str | None = None
         self._wake = threading.Event()

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
+
+from runners import config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -37,10 +38,11 @@ def build_spark_session(
     # py4j logs "Closing down clientserver connection" from __del__ at interpreter exit, when
     # the log stream may already be closed; its INFO lines carry nothing an operator needs.
     logging.getLogger("py4j").setLevel(logging.WARNING)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers must run the driver's interpreter (the venv with pyarrow, mmh3, …).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master or os.environ.get("SPARK_MASTER", "local[2]"))
+    config.update_environment(
+        {"SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}, only_missing=True
+    )
+    builder = SparkSession.builder.master(master or config.current().spark_master)
     builder = builder.appName(app_name)
     for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)

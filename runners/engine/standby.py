@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from runners import config
 from runners.local_standby import ACK, ENGINE_EXIT, GO, OFFER, READY, code_fingerprint
 from runners.processes import process_alive, read_json, write_json
 
@@ -170,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     if not go:  # acknowledged, then never told to go
         print(json.dumps({"event": "standby_no_go", "after_s": args.go_timeout}), flush=True)
         return NO_GO
-    os.environ.update({str(k): str(v) for k, v in go.get("env", {}).items()})
+    config.update_environment({str(k): str(v) for k, v in go.get("env", {}).items()})
     from runners.engine import main as engine
 
     returncode = engine.main([str(a) for a in go["argv"]], standby=True)

@@ -3,10 +3,11 @@
 No Django and no Spark: the control plane calls these from Celery tasks. Each is idempotent
 and safe to re-run after a crash: objects are content-addressed (writing one again writes
 the same bytes), and the only commit point of each operation is one compare-and-swap of a
-branch ref; a re-run that finds the branch already at an equal commit returns it.
+branch ref; a re-run that finds the branch already at an equal commit returns it. Each commit
+is a *derived* manifest (`derived_manifest`): the source snapshot's epoch, offsets and
+processing time, parent the source, no outputs. Copying a branch to another store is a store
+maintenance function (`snapshots_store.branch_copy`).
 
-- `copy_branch` copies everything reachable from a branch head to another store and points
-  the same branch there at the same snapshot id.
 - `rehash` changes the max parallelism M of a snapshot's state (a "migration" commit).
 - `transform_state` applies a user migration function to every key group's state table
   (a "migration" commit); `load_migration` resolves one registered as an entry point.
@@ -17,8 +18,6 @@ branch ref; a re-run that finds the branch already at an equal commit returns it
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import numpy as np
@@ -26,24 +25,20 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runners import entry_points
-from runners.engine import chunks
 from runners.engine.hashing import key_groups as hash_key_groups
 from runners.engine.keygroups import check_max_parallelism, check_parallelism
 from runners.engine.sources import Source
+from runners.engine.state.codec import DELETED, lookup_key
+from runners.engine.state.restore import load_key_group
+from runners.engine.state.writer import ChunkWriter
 from runners.engine.tasks import STATE
-from snapshots_store import Manifest, ObjectNotFoundError, RefConflictError, Repository
+from snapshots_store import BranchConflictError, Manifest, RefConflictError, Repository
 from snapshots_store.codec import format_timestamp
-from snapshots_store.objects import decode, object_key
-from snapshots_store.packs import PACK_BYTES, ref_objects
 
-Progress = Callable[[int, int], None]
 MigrationFn = Callable[[pa.Table], pa.Table]
 
 #: kinds `new_branch_commit` makes (epochs and migrations have their own paths)
 BRANCH_COMMIT_KINDS: Final = frozenset({"fork", "rollback", "rescale", "savepoint"})
-#: like `put_object`: an existing object older than this is rewritten (same bytes) so that
-#: gc's grace period protects it until the ref that needs it is moved
-_REFRESH_AFTER: Final = timedelta(hours=1)
 
 
 class StateOperationError(RuntimeError):
@@ -52,182 +47,6 @@ class StateOperationError(RuntimeError):
 
 class MigrationError(StateOperationError):
     """A migration function or reference is unusable, or its result breaks the state's rules."""
-
-
-class BranchConflictError(RefConflictError):
-    """The branch is not where the operation needs it (a `RefConflictError`: HTTP 409)."""
-
-    def __init__(self, name: str, expected: str | None, actual: str | None, advice: str) -> None:
-        super().__init__(name, expected, actual)
-        self.args = (advice,)
-
-
-# -- copy ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CopyResult:
-    """What `copy_branch` did. Bytes are stored (compressed) object sizes."""
-
-    branch: str
-    snapshot_id: str
-    manifests: int
-    objects_copied: int
-    bytes_copied: int
-    objects_skipped: int
-    bytes_skipped: int
-    previous_target: str | None
-    ref_moved: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def reachable_objects(repo: Repository, snapshot_id: str) -> tuple[list[str], list[str]]:
-    """(manifests, data objects) reachable from a snapshot: every ancestor's manifest, parents
-    before children, and their key-group chunks and outputs (each once, in first-use order)."""
-    manifests = [sid for sid, _ in repo.log(snapshot_id)]
-    manifests.reverse()
-    seen: set[str] = set()
-    data: list[str] = []
-    for sid in manifests:
-        m = repo.read_manifest(sid)
-        chunk_objects = ref_objects(c for chain in m.key_groups.values() for c in chain)
-        for oid in chunk_objects + list(m.outputs):
-            if oid not in seen:
-                seen.add(oid)
-                data.append(oid)
-    return manifests, data
-
-
-def copy_branch(
-    src: Repository,
-    dst: Repository,
-    branch: str,
-    *,
-    progress: Progress | None = None,
-    operation_id: str | None = None,
-    reason: str | None = None,
-    verify_existing: bool = False,
-    force: bool = False,
-) -> CopyResult:
-    """Copy every object reachable from `branch`'s head in `src` to `dst`, then create or move
-    ``heads/<branch>`` in `dst` by CAS to the same snapshot id (ids are content hashes).
-
-    Objects `dst` already has are skipped (read and hash-checked too with
-    `verify_existing`); copied objects are hash-checked on the way (the stored bytes are
-    copied as they are). A manifest is written only after its parents and all its objects,
-    so a crash leaves `dst` consistent, and re-running finishes the job. The branch in `dst`
-    may be absent, at the same snapshot, or at an ancestor of it (fast-forward); anything
-    else is refused unless `force` (the reflog keeps the old target). `progress(done,
-    total)` is called after every object.
-    """
-    head_ref = src.read_ref(f"heads/{branch}")
-    if head_ref is None:
-        raise StateOperationError(
-            f"branch {branch!r} does not exist in the source store {src.backend.url}: "
-            "nothing to copy; list branches with `python -m snapshots_store … refs heads/`"
-        )
-    head = head_ref.target
-    manifests, data = reachable_objects(src, head)
-    protected = _protected_in(dst, branch)
-    total = len(manifests) + len(data)
-    counts = {"copied": 0, "bytes_copied": 0, "skipped": 0, "bytes_skipped": 0}
-    done = 0
-
-    def copy(oid: str, context: str) -> None:
-        nonlocal done
-        copied, size = _copy_object(src, dst, oid, context, protected, verify_existing)
-        key = "copied" if copied else "skipped"
-        counts[key] += 1
-        counts[f"bytes_{key}"] += size
-        done += 1
-        if progress is not None:
-            progress(done, total)
-
-    position = {oid: i for i, oid in enumerate(data)}
-    copied_until = 0
-    for sid in manifests:
-        m = src.read_manifest(sid)
-        chunk_objects = ref_objects(c for chain in m.key_groups.values() for c in chain)
-        needed = chunk_objects + list(m.outputs)
-        last = max((position[oid] for oid in needed), default=-1)
-        while copied_until <= last:
-            copy(data[copied_until], f"chunk or output of snapshot {sid}")
-            copied_until += 1
-        copy(sid, f"manifest of branch {branch}")
-    name = f"heads/{branch}"
-    current = dst.read_ref(name)
-    previous = None if current is None else current.target
-    moved = False
-    if previous != head:
-        if previous is not None and not force and not dst.is_ancestor(previous, head):
-            raise BranchConflictError(
-                name,
-                previous,
-                head,
-                f"branch {branch!r} in the destination store is at {previous}, which is not in "
-                f"the history of {head} being copied: the destination has commits the source "
-                "lacks. Copy to another branch name, move or delete the destination branch, "
-                "or pass force=True (its reflog keeps the old target)",
-            )
-        dst.cas_ref(
-            name,
-            previous,
-            head,
-            operation_id=operation_id,
-            reason=reason or f"copy of {branch} from {src.backend.url}",
-        )
-        moved = True
-    return CopyResult(
-        branch=branch,
-        snapshot_id=head,
-        manifests=len(manifests),
-        objects_copied=counts["copied"],
-        bytes_copied=counts["bytes_copied"],
-        objects_skipped=counts["skipped"],
-        bytes_skipped=counts["bytes_skipped"],
-        previous_target=previous,
-        ref_moved=moved,
-    )
-
-
-def _protected_in(dst: Repository, branch: str) -> set[str]:
-    """Objects reachable from the destination branch's current head (gc keeps them)."""
-    current = dst.read_ref(f"heads/{branch}")
-    if current is None:
-        return set()
-    try:
-        manifests, data = reachable_objects(dst, current.target)
-    except ObjectNotFoundError:
-        return set()  # a damaged destination: refresh everything we copy
-    return set(manifests) | set(data)
-
-
-def _copy_object(
-    src: Repository,
-    dst: Repository,
-    oid: str,
-    context: str,
-    protected: set[str],
-    verify_existing: bool,
-) -> tuple[bool, int]:
-    """(copied?, stored size). Skips an object `dst` has unless it is old and unprotected."""
-    key = object_key(oid)
-    info = dst.backend.stat(key)
-    if info is not None:
-        fresh = datetime.now(UTC) - info.mtime < _REFRESH_AFTER
-        if oid in protected or fresh:
-            if not verify_existing:
-                return False, info.size
-            dst.get_object(oid)  # CorruptObjectError names it: repair dst, then re-run
-            return False, info.size
-    blob = src.backend.get(key)
-    if blob is None:
-        raise ObjectNotFoundError(oid, f"{context}, in the source store {src.backend.url}")
-    decode(oid, blob.data)  # verifies kind header, length and content hash
-    dst.backend.put(key, blob.data)
-    return True, len(blob.data)
 
 
 # -- reading and writing key-group state ---------------------------------------------------
@@ -247,39 +66,63 @@ def _key_columns(manifest: Manifest, key: str | Sequence[str] | None) -> list[st
 
 
 def _load(repo: Repository, chain: Sequence[str], keys: Sequence[str]) -> pa.Table:
-    return chunks.load_key_group(repo, chain, keys, use_cache=False).table
+    return load_key_group(repo, chain, keys, use_cache=False).table
 
 
-class _Bases:
-    """New base chunks of key groups, written as packs (`Repository.put_chunks`) as they fill."""
+def derived_manifest(
+    repo: Repository,
+    source_id: str,
+    source: Manifest,
+    *,
+    branch: str,
+    kind: str,
+    operation_id: str | None,
+    provenance: Mapping[str, str],
+    extra: dict[str, Any],
+    key_groups: Mapping[int, Sequence[str]] | None = None,
+    max_parallelism: int | None = None,
+    parallelism: int | None = None,
+    code_version: str | None = None,
+    config_hash: str | None = None,
+    stats: Mapping[str, int | float] | None = None,
+    created_at: str | None = None,
+) -> Manifest:
+    """A commit made from snapshot `source_id` (`source`) by a state operation rather than
+    an epoch: parent the source, its epoch, offsets and processing time, no outputs (the
+    branch's output is the union over its first-parent chain, so the epochs before stay
+    counted once); every other field the source's unless given. `provenance` gains
+    ``source_snapshot``."""
+    return Manifest(
+        branch=branch,
+        epoch=source.epoch,
+        parents=(source_id,),
+        max_parallelism=source.max_parallelism if max_parallelism is None else max_parallelism,
+        parallelism=source.parallelism if parallelism is None else parallelism,
+        kind=kind,
+        key_groups=source.key_groups if key_groups is None else key_groups,
+        outputs=(),
+        offsets=source.offsets,
+        code_version=source.code_version if code_version is None else code_version,
+        config_hash=source.config_hash if config_hash is None else config_hash,
+        operation_id=operation_id,
+        created_at=created_at or format_timestamp(repo.now()),
+        processing_time_ms=source.processing_time_ms,
+        stats={} if stats is None else dict(stats),
+        provenance={**dict(provenance), "source_snapshot": source_id},
+        extra=extra,
+    )
 
-    def __init__(self, repo: Repository) -> None:
-        self.repo = repo
-        self.chains: dict[int, tuple[str, ...]] = {}
-        self.written = 0
-        self._payloads: dict[int, bytes] = {}
-        self._pending = 0
 
-    def add(self, kg: int, table: pa.Table) -> None:
-        payload = chunks.encode_table(chunks.with_deleted(table))
-        self._payloads[kg] = payload
-        self._pending += len(payload)
-        self.written += len(payload)
-        if self._pending >= PACK_BYTES:
-            self.flush()
-
-    def flush(self) -> dict[int, tuple[str, ...]]:
-        self.chains.update((kg, (ref,)) for kg, ref in self.repo.put_chunks(self._payloads).items())
-        self._payloads.clear()
-        self._pending = 0
-        return self.chains
-
-
-def _carried_extra(source: Manifest, keys: Sequence[str], **more: Any) -> dict[str, Any]:
+def _carried_extra(source: Manifest, keys: Sequence[str] | None, **more: Any) -> dict[str, Any]:
+    """The source's ``extra.job``, the key columns (None: the source's, if recorded) and
+    `more`."""
     extra: dict[str, Any] = {}
     if "job" in source.extra:
         extra["job"] = source.extra["job"]
-    extra["key"] = list(keys)
+    if keys is not None:
+        extra["key"] = list(keys)
+    elif isinstance(source.extra.get("key"), list):
+        extra["key"] = source.extra["key"]
     extra.update(more)
     return extra
 
@@ -391,31 +234,25 @@ def rehash(
         order = np.argsort(groups, kind="stable")
         state = state.take(pa.array(order))
         values, starts, counts = np.unique(groups[order], return_index=True, return_counts=True)
-        bases = _Bases(repo)
-        for g, start, n in zip(values.tolist(), starts.tolist(), counts.tolist(), strict=True):
-            bases.add(g, state.slice(start, n))
-        new_groups, written = bases.flush(), bases.written
-        rows = state.num_rows
+        with ChunkWriter(repo) as writer:
+            for g, start, n in zip(values.tolist(), starts.tolist(), counts.tolist(), strict=True):
+                writer.write_base(g, state.slice(start, n))
+            new_groups = dict(writer.prepare())
+        written, rows = writer.bytes_written, state.num_rows
     old_m = source.max_parallelism
-    manifest = Manifest(
+    manifest = derived_manifest(
+        repo,
+        source_id,
+        source,
         branch=branch,
-        epoch=source.epoch,
-        parents=(source_id,),
+        kind="migration",
+        operation_id=operation_id,
+        key_groups=new_groups,
         max_parallelism=new_max_parallelism,
         parallelism=min(source.parallelism, new_max_parallelism),
-        kind="migration",
-        key_groups=new_groups,
-        outputs=(),
-        offsets=source.offsets,
-        code_version=source.code_version,
-        config_hash=source.config_hash,
-        operation_id=operation_id,
-        created_at=created_at or format_timestamp(repo.now()),
-        processing_time_ms=source.processing_time_ms,
         stats={"keys": rows, "key_groups": len(new_groups), "bytes_written": written},
         provenance={
             "operation": "rehash",
-            "source_snapshot": source_id,
             "from_max_parallelism": str(old_m),
             "to_max_parallelism": str(new_max_parallelism),
             "reason": reason,
@@ -423,6 +260,7 @@ def rehash(
         extra=_carried_extra(
             source, keys, migration={"type": "rehash", "from": old_m, "to": new_max_parallelism}
         ),
+        created_at=created_at,
     )
     return _commit_on(
         repo,
@@ -491,48 +329,37 @@ def transform_state(
     m = source.max_parallelism
     new_groups: dict[int, tuple[str, ...]] = {}
     changed = 0
-    bases = _Bases(repo)
-    for kg, chain in source.key_groups.items():
-        table = _load(repo, chain, keys)
-        try:
-            result = migrate(table)
-        except Exception as exc:
-            raise MigrationError(
-                f"migration {ref} failed on key group {kg} of snapshot {source_id}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
-        _check_result(result, table, keys, kg, m, ref)
-        if result.equals(table):
-            new_groups[kg] = tuple(chain)
-            continue
-        changed += 1
-        if result.num_rows:
-            bases.add(kg, result)
-    new_groups.update(bases.flush())
-    written = bases.written
-    manifest = Manifest(
+    with ChunkWriter(repo) as writer:
+        for kg, chain in source.key_groups.items():
+            table = _load(repo, chain, keys)
+            try:
+                result = migrate(table)
+            except Exception as exc:
+                raise MigrationError(
+                    f"migration {ref} failed on key group {kg} of snapshot {source_id}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+            _check_result(result, table, keys, kg, m, ref)
+            if result.equals(table):
+                new_groups[kg] = tuple(chain)
+                continue
+            changed += 1
+            if result.num_rows:
+                writer.write_base(kg, result)
+        new_groups.update(writer.prepare())
+    written = writer.bytes_written
+    manifest = derived_manifest(
+        repo,
+        source_id,
+        source,
         branch=branch,
-        epoch=source.epoch,
-        parents=(source_id,),
-        max_parallelism=m,
-        parallelism=source.parallelism,
         kind="migration",
-        key_groups=new_groups,
-        outputs=(),
-        offsets=source.offsets,
-        code_version=source.code_version,
-        config_hash=source.config_hash,
         operation_id=operation_id,
-        created_at=created_at or format_timestamp(repo.now()),
-        processing_time_ms=source.processing_time_ms,
+        key_groups=new_groups,
         stats={"key_groups_changed": changed, "bytes_written": written},
-        provenance={
-            "operation": "transform_state",
-            "source_snapshot": source_id,
-            "function": ref,
-            "reason": reason,
-        },
+        provenance={"operation": "transform_state", "function": ref, "reason": reason},
         extra=_carried_extra(source, keys, migration={"type": "transform", "function": ref}),
+        created_at=created_at,
     )
     return _commit_on(
         repo,
@@ -557,8 +384,8 @@ def _check_result(
             f"{where}: the result lacks key column(s) {missing}; a state migration must keep "
             "the key columns (rename state columns only)"
         )
-    if chunks.DELETED in result.column_names:
-        raise MigrationError(f"{where}: the result must not have a {chunks.DELETED!r} column")
+    if DELETED in result.column_names:
+        raise MigrationError(f"{where}: the result must not have a {DELETED!r} column")
     if STATE in before.column_names and result.column_names != before.column_names:
         raise MigrationError(
             f"{where}: per-key-function state must keep exactly the columns "
@@ -579,7 +406,7 @@ def _check_result(
             f"(e.g. {example} hashes to key group {int(groups[wrong[0]])}); a state migration "
             "must not change keys — change M with rehash instead"
         )
-    lookup = chunks.lookup_key(result, keys)
+    lookup = lookup_key(result, keys)
     if pc.count_distinct(lookup).as_py() != result.num_rows:
         raise MigrationError(f"{where}: the result lists a key more than once")
 
@@ -619,28 +446,19 @@ def new_branch_commit(
     source = repo.read_manifest(source_id)
     p = source.parallelism if parallelism is None else parallelism
     check_parallelism(p, source.max_parallelism)
-    prov = {**dict(provenance), "source_snapshot": source_id}
-    keys = source.extra.get("key")
-    extra: dict[str, Any] = {k: source.extra[k] for k in ("job",) if k in source.extra}
-    if isinstance(keys, list):
-        extra["key"] = keys
-    manifest = Manifest(
+    manifest = derived_manifest(
+        repo,
+        source_id,
+        source,
         branch=branch,
-        epoch=source.epoch,
-        parents=(source_id,),
-        max_parallelism=source.max_parallelism,
-        parallelism=p,
         kind=kind,
-        key_groups=source.key_groups,
-        outputs=(),
-        offsets=source.offsets,
-        code_version=source.code_version if code_version is None else code_version,
-        config_hash=source.config_hash if config_hash is None else config_hash,
         operation_id=operation_id,
-        created_at=created_at or format_timestamp(repo.now()),
-        processing_time_ms=source.processing_time_ms,
-        provenance=prov,
-        extra=extra,
+        parallelism=p,
+        code_version=code_version,
+        config_hash=config_hash,
+        provenance=provenance,
+        extra=_carried_extra(source, None),
+        created_at=created_at,
     )
     return _commit_on(
         repo,
@@ -661,14 +479,11 @@ def replay_problem(source: Source, manifest: Manifest) -> str | None:
 
 __all__ = [
     "BRANCH_COMMIT_KINDS",
-    "BranchConflictError",
-    "CopyResult",
     "MigrationError",
     "StateOperationError",
-    "copy_branch",
+    "derived_manifest",
     "load_migration",
     "new_branch_commit",
-    "reachable_objects",
     "rehash",
     "replay_problem",
     "transform_state",

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import pickle
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,17 +17,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runners.engine import aggregations as agg
-from runners.engine import chunks, exchange
+from runners.engine import exchange
 from runners.engine.crash import maybe_crash
 from runners.engine.exchange import MapShare
 from runners.engine.hashing import key_groups, owners
 from runners.engine.job import Job
 from runners.engine.output import CHUNK_REFS, DEAD_LETTER_SCHEMA, OUTPUT_KIND
+from runners.engine.repos import repository
 from runners.engine.routing import Piece
 from runners.engine.sources import DeadLetter, Split, SplitData
-from runners.engine.state import EpochContext, KeyedState, epoch_seed
+from runners.engine.state import EpochContext, KeyedState, codec, epoch_seed, memory_cache
+from runners.engine.state.codec import KeyGroupState
+from runners.engine.state.restore import (
+    Claims,
+    Restore,
+    batches_of,
+    load_key_groups,
+    restore_claimed,
+)
+from runners.engine.state.writer import ChunkWriter
 from snapshots_store import Repository
-from snapshots_store.packs import PACK_BYTES
 
 KG = "_kg"
 SEQ = "_seq"  # (split index << 40) + row: a record's position in the epoch's input
@@ -54,17 +62,7 @@ class TaskPlan:
     compaction_ratio: float = 1.0
 
     def repo(self) -> Repository:
-        return _repo(self.store_url, self.namespace)
-
-
-_repos: dict[tuple[str, str], Repository] = {}
-
-
-def _repo(url: str, namespace: str) -> Repository:
-    key = (url, namespace)
-    if key not in _repos:
-        _repos[key] = Repository.open(url, namespace)
-    return _repos[key]
+        return repository(self.store_url, self.namespace)
 
 
 @dataclass
@@ -169,7 +167,7 @@ def _partial(job: Job, table: pa.Table) -> pa.Table:
 
 def _codes(rows: pa.Table, groups: pa.Table, key_columns: Sequence[str]) -> np.ndarray:
     """For every row, the index of its key among the grouped keys."""
-    lookup = chunks.lookup_key
+    lookup = codec.lookup_key
     found = pc.index_in(lookup(rows, key_columns), value_set=lookup(groups, key_columns))
     return np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
 
@@ -216,7 +214,7 @@ def map_split(
     for task in range(plan.parallelism):
         n = int(counts[task])
         if n or task == home:
-            share = MapShare(split_index, chunks.encode_table(table.slice(start, n)), part)
+            share = MapShare(split_index, codec.encode_table(table.slice(start, n)), part)
             if task == home:
                 share.records_in, share.dead_letters = records_in, dead
             shares.append((task, share))
@@ -301,107 +299,32 @@ def _kg_slices(table: pa.Table) -> tuple[pa.Table, list[tuple[int, int, int]]]:
 def _output_payload(table: pa.Table, kind: str) -> bytes:
     meta = dict(table.schema.metadata or {})
     meta[OUTPUT_KIND] = kind.encode()
-    return chunks.encode_table(table.replace_schema_metadata(meta))
+    return codec.encode_table(table.replace_schema_metadata(meta))
 
 
-@dataclass
-class _Pending:
-    """A key group's new chunk, written with the next pack."""
-
-    old: chunks.KeyGroupState
-    new_state: pa.Table
-    payload: bytes
-    is_delta: bool
-    first_row: int
-    rows: int
+def _load_states(
+    plan: TaskPlan, kgs: Iterable[int], key_columns: Sequence[str]
+) -> tuple[dict[int, KeyGroupState], Restore]:
+    """The state of the key groups this task will change, read all at once."""
+    chains = {kg: plan.key_groups[kg] for kg in kgs if plan.key_groups.get(kg)}
+    return load_key_groups(plan.repo(), chains, key_columns)
 
 
-class _Writer:
-    """Writes a reducer's chunks as packs (`Repository.put_chunks`: one durable write per
-    `PACK_BYTES` of chunks, not one per key group), tracking bytes and the new chains."""
-
-    def __init__(self, plan: TaskPlan) -> None:
-        self.plan = plan
-        self.repo = plan.repo()
-        self.bytes_written = 0
-        self.changed_state_bytes = 0
-        self.chunks_written = 0
-        self.chains: dict[int, tuple[str, ...]] = {}
-        #: (chunk ref, first row, rows) of each key group's changed rows, in key-group order
-        self.output_refs: list[tuple[str, int, int]] = []
-        self.restore = chunks.Restore()
-        self.states: dict[int, chunks.KeyGroupState] = {}
-        self._pending: dict[int, _Pending] = {}
-        self._pending_bytes = 0
-
-    def load(self, kgs: Iterable[int], key_columns: Sequence[str]) -> None:
-        """Read the state of the key groups this task will change, all at once."""
-        chains = {kg: self.plan.key_groups[kg] for kg in kgs if self.plan.key_groups.get(kg)}
-        self.states, self.restore = chunks.load_key_groups(self.repo, chains, key_columns)
-
-    def state(self, kg: int) -> chunks.KeyGroupState | None:
-        return self.states.get(kg)
-
-    def key_group(
-        self, kg: int, old: chunks.KeyGroupState, new_state: pa.Table, delta: pa.Table
-    ) -> None:
-        """Queue a key group's new state: one delta chunk, or a new base when deltas outgrow
-        it. The changed rows are the whole delta, or the tail of the new base (a base is the
-        kept rows followed by the changed ones)."""
-        delta_payload = chunks.encode_table(delta)
-        self.changed_state_bytes += len(delta_payload)
-        deltas_bytes = sum(old.sizes[1:]) + len(delta_payload)
-        if old.chain and deltas_bytes <= old.sizes[0] * self.plan.compaction_ratio:
-            pending = _Pending(old, new_state, delta_payload, True, 0, delta.num_rows)
-        else:
-            base_payload = chunks.encode_table(chunks.with_deleted(new_state))
-            first = new_state.num_rows - delta.num_rows
-            pending = _Pending(old, new_state, base_payload, False, first, delta.num_rows)
-        self._pending[kg] = pending
-        self._pending_bytes += len(pending.payload)
-        if self._pending_bytes >= PACK_BYTES:
-            self.flush()
-
-    def flush(self) -> None:
-        """Write the queued chunks (packs of at most `PACK_BYTES`) and record their chains."""
-        if not self._pending:
-            return
-        refs = self.repo.put_chunks({kg: p.payload for kg, p in self._pending.items()})
-        for kg, p in self._pending.items():
-            ref = refs[kg]
-            if p.is_delta:
-                chain, sizes = (*p.old.chain, ref), (*p.old.sizes, len(p.payload))
-            else:
-                chain, sizes = (ref,), (len(p.payload),)
-            self.bytes_written += len(p.payload)
-            self.chunks_written += 1
-            self.chains[kg] = chain
-            state = chunks.KeyGroupState(chain, p.new_state, sizes)
-            chunks.cache_put(state, payload=None if p.is_delta else p.payload)
-            self.output_refs.append((ref, p.first_row, p.rows))
-        self._pending.clear()
-        self._pending_bytes = 0
-
-
-def _reduce_aggregate(
-    plan: TaskPlan, partial: pa.Table, writer: _Writer
-) -> list[tuple[str, int, int]]:
+def _reduce_aggregate(plan: TaskPlan, partial: pa.Table, writer: ChunkWriter) -> Restore:
     job = plan.job
     keys = list(job.key_columns)
     table, slices = _kg_slices(partial)
-    writer.load((kg for kg, _, _ in slices), keys)
+    states, restore = _load_states(plan, (kg for kg, _, _ in slices), keys)
     for kg, start, length in slices:
         part = table.slice(start, length)
-        old = writer.state(kg)
+        old = states.get(kg)
         if old is None or old.table.num_rows == 0:
             new_state = part
-            old = chunks.empty_state(part.schema)
-            delta = chunks.with_deleted(part)
+            old = codec.empty_state(part.schema)
+            delta = codec.with_deleted(part)
         else:
-            state = chunks.conform(old.table, part.schema)
-            idx = pc.index_in(
-                chunks.lookup_key(part, keys), value_set=chunks.lookup_key(state, keys)
-            )
+            state = codec.conform(old.table, part.schema)
+            idx = pc.index_in(codec.lookup_key(part, keys), value_set=codec.lookup_key(state, keys))
             previous = state.take(idx)
             columns = {k: part.column(k) for k in keys}
             for a in job.aggregations:
@@ -419,47 +342,44 @@ def _reduce_aggregate(
             new_state = (
                 pa.concat_tables([kept, changed.cast(kept.schema)]) if kept.num_rows else changed
             )
-            delta = chunks.with_deleted(changed)
-        writer.key_group(kg, old, new_state, delta)
-    writer.flush()
-    return writer.output_refs
+            delta = codec.with_deleted(changed)
+        writer.write(kg, old, new_state, delta)
+    return restore
 
 
 def _reduce_process(
-    plan: TaskPlan, records: pa.Table, writer: _Writer, task: int
-) -> list[pa.Table]:
+    plan: TaskPlan, records: pa.Table, writer: ChunkWriter, task: int
+) -> tuple[list[pa.Table], Restore]:
     """Per-key path: call the user's function for each key, in first-appearance order."""
     job = plan.job
     assert job.process is not None
     keys = list(job.key_columns)
     table, slices = _kg_slices(records)
-    writer.load((kg for kg, _, _ in slices), keys)
+    states, restore = _load_states(plan, (kg for kg, _, _ in slices), keys)
     rows = table.to_pylist()
     out_rows: list[dict[str, Any]] = []
     state_schema = None
     for kg, start, length in slices:
         part = table.slice(start, length)
-        lookup = chunks.lookup_key(part, keys)
+        lookup = codec.lookup_key(part, keys)
         dictionary = pc.unique(lookup)
         codes = pc.index_in(lookup, value_set=dictionary).to_numpy()
-        first = np.unique(codes, return_index=True)[1]
-        key_order = np.argsort(first, kind="stable")  # codes are already first-appearance
-        del key_order
+        first = np.unique(codes, return_index=True)[1]  # codes are in first appearance
         by_key: dict[int, list[int]] = {}
         for i, code in enumerate(codes.tolist()):
             by_key.setdefault(code, []).append(i)
-        old = writer.state(kg)
+        old = states.get(kg)
         key_table = part.take(pa.array(first)).select(keys)
         if state_schema is None:
             state_schema = pa.schema(
                 [*key_table.schema, pa.field(STATE, pa.binary()), pa.field(EXPIRES, pa.int64())]
             )
         if old is None:
-            old = chunks.empty_state(state_schema)
+            old = codec.empty_state(state_schema)
         previous: list[Any] = [None] * len(first)
         if old.table.num_rows:
             idx = pc.index_in(
-                chunks.lookup_key(key_table, keys), value_set=chunks.lookup_key(old.table, keys)
+                codec.lookup_key(key_table, keys), value_set=codec.lookup_key(old.table, keys)
             )
             previous = old.table.column(STATE).take(idx).to_pylist()
         ctx = EpochContext(
@@ -490,12 +410,9 @@ def _reduce_process(
         delta = delta.append_column(EXPIRES, pa.array(expiries, type=pa.int64()))
         delta = delta.cast(state_schema)
         flags = np.array(deleted, dtype=bool)
-        new_state = chunks.apply_delta(old.table, chunks.with_deleted(delta, flags), keys)
-        writer.key_group(kg, old, new_state, chunks.with_deleted(delta, flags))
-    writer.flush()
-    if not out_rows:
-        return []
-    return [pa.Table.from_pylist(out_rows)]
+        new_state = codec.apply_delta(old.table, codec.with_deleted(delta, flags), keys)
+        writer.write(kg, old, new_state, codec.with_deleted(delta, flags))
+    return ([pa.Table.from_pylist(out_rows)] if out_rows else []), restore
 
 
 def reduce_partition(
@@ -509,7 +426,7 @@ def reduce_partition(
     started = time.perf_counter()
     received = sorted((s for _, s in shares), key=lambda s: (s.split_index, s.part))
     tables = [
-        exchange.read_table(s.path) if s.path else chunks.decode_table(s.payload) for s in received
+        exchange.read_table(s.path) if s.path else codec.decode_table(s.payload) for s in received
     ]
     tables = [t for t in tables if t.num_rows]
     merged = None
@@ -614,27 +531,27 @@ def restore_batches(key_groups: int, tasks: int) -> int:
 
 def restore_partition(
     plan: TaskPlan, index: int, tasks: int, claims: str | None = None
-) -> Iterator[chunks.Restore]:
+) -> Iterator[Restore]:
     """Restore task `index` of `tasks` (a runner's first epoch, or a new parallelism): load
     key groups' state into the machine's state cache, memory and local disk, with long
     sequential reads, so the epoch's tasks find it wherever they run. With `claims` (a
     directory every task of the stage sees, empty at the start) the tasks share the key
     groups as they go: each of the task's threads claims the next free batch
-    (`chunks.restore_claimed`, the store reading ahead of the claims); without, the task
-    loads the `index`-th of `tasks` consecutive slices (`chunks.load_key_groups`)."""
+    (`state.restore.restore_claimed`, the store reading ahead of the claims); without, the task
+    loads the `index`-th of `tasks` consecutive slices (`state.restore.load_key_groups`)."""
     groups = sorted(plan.key_groups)
     repo = plan.repo()
     if claims is not None:
-        batches = chunks.batches_of(groups, restore_batches(len(groups), tasks))
+        batches = batches_of(groups, restore_batches(len(groups), tasks))
         count = len(batches)
-        _, restore = chunks.restore_claimed(
-            repo, plan.key_groups, batches, chunks.Claims(claims, count), plan.job.key_columns
+        _, restore = restore_claimed(
+            repo, plan.key_groups, batches, Claims(claims, count), plan.job.key_columns
         )
         yield restore
         return
     low, high = len(groups) * index // tasks, len(groups) * (index + 1) // tasks
     mine = {kg: plan.key_groups[kg] for kg in groups[low:high]}
-    _, restore = chunks.load_key_groups(repo, mine, plan.job.key_columns, disk=True)
+    _, restore = load_key_groups(repo, mine, plan.job.key_columns, disk=True)
     yield restore
 
 
@@ -681,55 +598,58 @@ def _reduce(
 ) -> ReduceResult:
     job = plan.job
     maybe_crash(plan.crash, "before_chunks", plan.epoch, plan.driver_pid)
-    hits0, misses0 = chunks.stats["hits"], chunks.stats["misses"]
-    writer = _Writer(plan)
+    hits0, misses0 = memory_cache.stats["hits"], memory_cache.stats["misses"]
     out_tables: list[pa.Table] = []
-    refs: list[tuple[str, int, int]] = []
-    if merged is not None:
-        if job.aggregate is not None:
-            refs = _reduce_aggregate(plan, merged, writer)
-        else:
-            out_tables = _reduce_process(plan, merged, writer, task)
+    restore = Restore()
+    with ChunkWriter(plan.repo(), compaction_ratio=plan.compaction_ratio, cache=True) as writer:
+        if merged is not None and job.aggregate is not None:
+            restore = _reduce_aggregate(plan, merged, writer)
+        elif merged is not None:
+            out_tables, restore = _reduce_process(plan, merged, writer, task)
+        chains = writer.prepare()
     maybe_crash(plan.crash, "after_chunks", plan.epoch, plan.driver_pid)
-    repo = plan.repo()
-    outputs: list[str] = []
-    output_rows = 0
-    if refs:
-        # The aggregate path's output rows are exactly the changed state rows: the output
-        # object names where they live in this epoch's chunks instead of copying them.
-        payload = json.dumps({"kind": CHUNK_REFS, "refs": refs}, sort_keys=True).encode()
-        outputs.append(repo.put_object("output", payload))
-        writer.bytes_written += len(payload)
-        output_rows = sum(r[2] for r in refs)
-    if out_tables:
-        out = pa.concat_tables(out_tables, promote_options="permissive")
-        output_rows = out.num_rows
-        payload = _output_payload(out, "records")
-        outputs.append(repo.put_object("output", payload))
-        writer.bytes_written += len(payload)
-    if dead:
-        dl = pa.Table.from_pylist([d.__dict__ for d in dead], schema=DEAD_LETTER_SCHEMA)
-        payload = _output_payload(dl, "dead_letters")
-        outputs.append(repo.put_object("output", payload))
-        writer.bytes_written += len(payload)
+    # the aggregate path's output rows are exactly the changed state rows: its output object
+    # names where they live in this epoch's chunks instead of copying them
+    refs = writer.output_refs if job.aggregate is not None else []
+    outputs, output_bytes, output_rows = _write_outputs(plan, refs, out_tables, dead)
     maybe_crash(plan.crash, "after_outputs", plan.epoch, plan.driver_pid)
     return ReduceResult(
         task=task,
-        key_groups=writer.chains,
+        key_groups=chains,
         outputs=outputs,
         records_in=records_in,
         output_rows=output_rows,
         dead_letters=len(dead),
-        bytes_written=writer.bytes_written,
+        bytes_written=writer.bytes_written + output_bytes,
         changed_state_bytes=writer.changed_state_bytes,
         chunks_written=writer.chunks_written,
-        cache_hits=chunks.stats["hits"] - hits0,
-        cache_misses=chunks.stats["misses"] - misses0,
+        cache_hits=memory_cache.stats["hits"] - hits0,
+        cache_misses=memory_cache.stats["misses"] - misses0,
         map_s=map_s,
         reduce_s=time.perf_counter() - started,
-        state_read_bytes=writer.restore.stored_bytes,
+        state_read_bytes=restore.stored_bytes,
     )
 
 
-def dumps(value: Any) -> bytes:
-    return pickle.dumps(value, protocol=5)
+def _write_outputs(
+    plan: TaskPlan,
+    refs: list[tuple[str, int, int]],
+    tables: list[pa.Table],
+    dead: list[DeadLetter],
+) -> tuple[list[str], int, int]:
+    """The task's output objects: (their ids, their bytes, the output rows)."""
+    repo = plan.repo()
+    payloads: list[bytes] = []
+    output_rows = 0
+    if refs:
+        payloads.append(json.dumps({"kind": CHUNK_REFS, "refs": refs}, sort_keys=True).encode())
+        output_rows = sum(r[2] for r in refs)
+    if tables:
+        out = pa.concat_tables(tables, promote_options="permissive")
+        output_rows = out.num_rows
+        payloads.append(_output_payload(out, "records"))
+    if dead:
+        dl = pa.Table.from_pylist([d.__dict__ for d in dead], schema=DEAD_LETTER_SCHEMA)
+        payloads.append(_output_payload(dl, "dead_letters"))
+    outputs = [repo.put_object("output", payload) for payload in payloads]
+    return outputs, sum(len(p) for p in payloads), output_rows

@@ -9,7 +9,6 @@ compares them) — retries 429/5xx and connection errors with exponential back-o
 from __future__ import annotations
 
 import logging
-import os
 import random
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from runners.config import RunnersConfig
 from runners.job_spec import JobSpec
 from runners.kubernetes import manifests
 from runners.kubernetes.manifests import Placement
@@ -109,7 +109,13 @@ class KubernetesLauncher:
         retries: int = 5,
         backoff_s: float = 0.5,
         max_backoff_s: float = 10.0,
+        in_cluster: bool = False,
+        kubeconfig: str | None = None,
     ) -> None:
+        #: how the API client finds the cluster: the pod's service account, or a kubeconfig
+        #: file (None: the Kubernetes client's default)
+        self.in_cluster = in_cluster
+        self.kubeconfig = kubeconfig
         self.namespace = namespace
         self.image = image
         self.service_account = service_account
@@ -124,20 +130,20 @@ class KubernetesLauncher:
         self._api_client = api_client
 
     @classmethod
-    def from_env(cls) -> KubernetesLauncher:
+    def from_config(cls, settings: RunnersConfig) -> KubernetesLauncher:
         """Configured by the Helm chart's settings; in-cluster credentials are used lazily."""
-        namespace = os.environ.get("EPOCHAL_K8S_NAMESPACE", "").strip()
+        namespace = settings.k8s_namespace or ""
         if not namespace and _SA_NAMESPACE_FILE.exists():
             namespace = _SA_NAMESPACE_FILE.read_text().strip()
-        pull_secrets = os.environ.get("EPOCHAL_IMAGE_PULL_SECRETS", "")
+        pull_secrets = settings.image_pull_secrets
         return cls(
             namespace=namespace or "default",
-            image=os.environ.get("EPOCHAL_IMAGE", "").strip() or None,
-            service_account=os.environ.get("EPOCHAL_JOB_SERVICE_ACCOUNT", "").strip()
-            or "epochal-spark",
-            store_credentials_secret=os.environ.get("EPOCHAL_STORE_CREDENTIALS_SECRET", "").strip()
-            or None,
+            image=settings.image,
+            service_account=settings.job_service_account or "epochal-spark",
+            store_credentials_secret=settings.store_credentials_secret,
             image_pull_secrets=tuple(s.strip() for s in pull_secrets.split(",") if s.strip()),
+            in_cluster=settings.in_cluster,
+            kubeconfig=settings.kubeconfig,
         )
 
     # -- plumbing -------------------------------------------------------------------------
@@ -145,12 +151,12 @@ class KubernetesLauncher:
     @property
     def core(self) -> client.CoreV1Api:
         if self._api_client is None:
-            if os.environ.get("KUBERNETES_SERVICE_HOST"):
+            if self.in_cluster:
                 config.load_incluster_config()  # type: ignore[no-untyped-call]
             else:
-                # KUBECONFIG read now, not when the client library was imported
+                # KUBECONFIG as the launcher was set up with, not when the library was imported
                 config.load_kube_config(  # type: ignore[no-untyped-call]
-                    config_file=os.environ.get("KUBECONFIG") or None
+                    config_file=self.kubeconfig
                 )
             self._api_client = client.ApiClient()
         return client.CoreV1Api(self._api_client)

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from runners.engine import EpochRunner, read_output
-from runners.engine.chunks import encode_table
+from runners.engine.state.codec import encode_table
 from runners.local_cluster import LocalCluster
 from snapshots_store import Repository
 from tests.cluster.conftest import CLUSTER_SUBMIT_ARGS

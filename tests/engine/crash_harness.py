@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from runners.engine.chunks import load_key_group
+from runners.engine.state.restore import load_key_group
 from snapshots_store import Repository
 from tests.conftest import FAST_START_SUBMIT_ARGS, SUBPROCESS_PYTHONPATH
 from tests.engine.jobs import DATA_ENV, SLOW_ENV

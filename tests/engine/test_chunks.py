@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from runners.engine.chunks import apply_delta, with_deleted
+from runners.engine.state.codec import apply_delta, with_deleted
 
 
 def test_a_delta_with_other_columns_conforms_the_kept_rows_to_its_columns() -> None:

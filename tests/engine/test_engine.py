@@ -12,9 +12,9 @@ import pytest
 
 from runners.engine import EpochRunner, Job, read_dead_letters, read_output, sources
 from runners.engine import aggregations as agg
-from runners.engine.chunks import load_key_group
 from runners.engine.keygroups import key_group_of
 from runners.engine.sources import write_jsonl_file
+from runners.engine.state.restore import load_key_group
 from snapshots_store import Repository
 from tests.engine.jobs import aggregate_job, reference_output, running_total
 

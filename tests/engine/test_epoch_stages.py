@@ -123,8 +123,10 @@ def test_run_tells_its_events(spark: Any, epochs_dir: str, repo: Repository) -> 
     assert events[-1]["reason"] == "max epochs 2"
     assert events[1]["snapshot_id"] == results[0].snapshot_id
     events.clear()
-    assert len(runner.run(on_event=events.append)) == 4
+    repo.write_control("main", {"stop_after_epoch": 3}, None)
+    assert [r.epoch for r in runner.run(on_event=events.append)] == [3]
+    assert [e["event"] for e in events] == ["epoch_start", "committed", "epoch_start", "stopped"]
     assert events[-2:] == [
-        {"event": "epoch_start", "n": 5},
-        {"event": "stopped", "reason": "no new data"},
+        {"event": "epoch_start", "n": 2},  # counted per run: the run's second epoch
+        {"event": "stopped", "reason": "stop_after_epoch 3"},
     ]

@@ -63,9 +63,9 @@ def test_a_committed_epoch_always_gives_the_same_answer(
     # epoch 2 again, after later epochs, by snapshot id and from a cold cache: the same
     again = state_at_epoch(repo, "main", 2, key="key-7")
     assert again.to_dict() == first.to_dict()
-    from runners.engine import chunks
+    from runners.engine.state import memory_cache
 
-    chunks.cache_clear()
+    memory_cache.cache_clear()
     by_id = state_at(repo, epoch_snapshot(repo, "main", 2) or "", key="key-7", branch="main")
     assert by_id.to_dict() == first.to_dict()
     assert state_at_epoch(repo, "main", 2, key="no-such-key").rows == []

@@ -13,10 +13,19 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from runners.engine import chunks
+from runners import config
 from runners.engine.aggregations import count
 from runners.engine.job import Job
 from runners.engine.sources import ParquetDirectory
+from runners.engine.state import codec, disk_cache, memory_cache
+from runners.engine.state.restore import (
+    Claims,
+    Restore,
+    batches_of,
+    load_key_group,
+    load_key_groups,
+    restore_claimed,
+)
 from runners.engine.tasks import TaskPlan, restore_batches, restore_partition, restore_tasks
 from snapshots_store import Repository
 from snapshots_store.errors import CorruptObjectError
@@ -37,16 +46,16 @@ def test_restore_tasks_are_a_multiple_of_the_cores() -> None:
 def _chunk(keys: list[str], deleted: list[bool] | None = None) -> bytes:
     table = pa.table({"key": keys, "n": list(range(len(keys)))})
     flags = None if deleted is None else pa.array(deleted).to_numpy(zero_copy_only=False)
-    return chunks.encode_table(chunks.with_deleted(table, flags))
+    return codec.encode_table(codec.with_deleted(table, flags))
 
 
 @pytest.fixture
 def cache_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     directory = tmp_path / "cache"
-    monkeypatch.setenv(chunks.DISK_CACHE_ENV, str(directory))
-    chunks.cache_clear()
+    monkeypatch.setenv(config.STATE_CACHE_DIR_ENV, str(directory))
+    memory_cache.cache_clear()
     yield directory
-    chunks.cache_clear()
+    memory_cache.cache_clear()
 
 
 def test_restored_chains_read_back_from_the_disk_cache_equal_to_the_store(
@@ -61,23 +70,21 @@ def test_restored_chains_read_back_from_the_disk_cache_equal_to_the_store(
     refs = repo.put_chunks(payloads)
     delta = repo.put_chunks({2: _chunk(["f", "g"], [True, False])})[2]
     chains = {0: (refs[0],), 1: (refs[1],), 2: (refs[2], delta)}
-    states, restore = chunks.load_key_groups(repo, chains, ["key"], disk=True)
+    states, restore = load_key_groups(repo, chains, ["key"], disk=True)
     assert restore.stored_bytes == sum(repo.chunk_size(r) or 0 for c in chains.values() for r in c)
     assert restore.payload_bytes == sum(map(len, payloads.values())) + len(repo.read_chunk(delta))
     expected = {0: ["a", "b", "c"], 1: ["d"], 2: ["g"]}
     assert {kg: s.table.column("key").to_pylist() for kg, s in states.items()} == expected
     # one-chunk chains: the payload as it is (an Arrow stream); longer ones: an Arrow file
-    assert Path(chunks._disk_path(chains[0])).read_bytes() == payloads[0]
-    assert Path(chunks._disk_path(chains[2])).read_bytes()[:6] == b"ARROW1"
-    chunks.cache_clear()  # another worker of the machine: only the disk cache
+    assert Path(disk_cache.path_of(chains[0])).read_bytes() == payloads[0]
+    assert Path(disk_cache.path_of(chains[2])).read_bytes()[:6] == b"ARROW1"
+    memory_cache.cache_clear()  # another worker of the machine: only the disk cache
     for kg, chain in chains.items():
-        cached = chunks.cache_get(chain)
+        cached = memory_cache.cache_get(chain)
         assert cached is not None, kg
         assert cached.table.equals(states[kg].table)
         assert cached.sizes == states[kg].sizes
-        assert cached.table.equals(
-            chunks.load_key_group(repo, chain, ["key"], use_cache=False).table
-        )
+        assert cached.table.equals(load_key_group(repo, chain, ["key"], use_cache=False).table)
 
 
 def test_restore_tasks_load_every_key_group_once(tmp_path: Path, cache_dir: Path) -> None:
@@ -107,17 +114,17 @@ def test_restore_tasks_load_every_key_group_once(tmp_path: Path, cache_dir: Path
 
 def test_batches_are_consecutive_near_equal_and_cover_every_key_group() -> None:
     groups = [9, 3, 0, 5, 7, 1, 2]
-    batches = chunks.batches_of(groups, 3)
+    batches = batches_of(groups, 3)
     assert batches == [[0, 1], [2, 3], [5, 7, 9]]
-    assert chunks.batches_of(groups, 100) == [[g] for g in sorted(groups)]
-    assert chunks.batches_of(groups, 0) == [sorted(groups)]
+    assert batches_of(groups, 100) == [[g] for g in sorted(groups)]
+    assert batches_of(groups, 0) == [sorted(groups)]
     assert restore_batches(128, 2) == 128  # one key group per batch
     assert restore_batches(32_768, 2) == 128
     assert restore_batches(3, 4) == 3
 
 
 def _claim_all(directory: str, batches: int, out: Queue) -> None:  # type: ignore[type-arg]
-    claims = chunks.Claims(directory, batches)
+    claims = Claims(directory, batches)
     mine = []
     while (batch := claims.claim()) is not None:
         mine.append(batch)
@@ -138,10 +145,10 @@ def test_concurrent_processes_claim_each_batch_exactly_once(tmp_path: Path) -> N
     assert sorted(b for mine in taken for b in mine) == list(range(500))
     assert all(mine == sorted(mine) for mine in taken)  # each claims in order
     # a stage whose directory is gone (the driver cleaned up): nothing left to claim
-    assert chunks.Claims(str(tmp_path / "gone"), 5).claim() is None
+    assert Claims(str(tmp_path / "gone"), 5).claim() is None
 
 
-@pytest.mark.parametrize("read_ahead", [0, 1, chunks.READ_AHEAD])
+@pytest.mark.parametrize("read_ahead", [0, 1, config.RunnersConfig().restore_read_ahead_bytes])
 def test_claiming_tasks_restore_every_key_group_exactly_once(
     tmp_path: Path, cache_dir: Path, read_ahead: int
 ) -> None:
@@ -152,14 +159,14 @@ def test_claiming_tasks_restore_every_key_group_exactly_once(
     refs = repo.put_chunks({kg: _chunk([f"k{kg}", f"j{kg}"]) for kg in range(40)}, pack_bytes=600)
     delta = repo.put_chunks({7: _chunk(["k7"], [True])})[7]
     chains = {kg: (r,) for kg, r in refs.items()} | {7: (refs[7], delta)}
-    batches = chunks.batches_of(list(chains), 16)
+    batches = batches_of(list(chains), 16)
     claims_dir = tmp_path / "claims"
     claims_dir.mkdir()
-    results: dict[int, tuple[list[int], chunks.Restore]] = {}
+    results: dict[int, tuple[list[int], Restore]] = {}
 
     def task(index: int) -> None:
-        claims = chunks.Claims(str(claims_dir), len(batches))
-        results[index] = chunks.restore_claimed(
+        claims = Claims(str(claims_dir), len(batches))
+        results[index] = restore_claimed(
             repo, chains, batches, claims, ["key"], threads=3, read_ahead=read_ahead
         )
 
@@ -173,13 +180,13 @@ def test_claiming_tasks_restore_every_key_group_exactly_once(
     stored = sum(repo.chunk_size(r) or 0 for chain in chains.values() for r in chain)
     assert sum(r.stored_bytes for _, r in results.values()) == stored
     assert sorted(int(p.name) for p in claims_dir.iterdir()) == list(range(len(batches)))
-    chunks.cache_clear()  # another worker: the disk cache holds every chain
+    memory_cache.cache_clear()  # another worker: the disk cache holds every chain
     for kg, chain in chains.items():
-        cached = chunks.cache_get(chain)
+        cached = memory_cache.cache_get(chain)
         assert cached is not None, kg
-        expected = chunks.load_key_group(repo, chain, ["key"], use_cache=False).table
+        expected = load_key_group(repo, chain, ["key"], use_cache=False).table
         assert cached.table.equals(expected)
-    assert chunks.cache_get(chains[7]).table.column("key").to_pylist() == ["j7"]  # type: ignore[union-attr]
+    assert memory_cache.cache_get(chains[7]).table.column("key").to_pylist() == ["j7"]  # type: ignore[union-attr]
 
 
 def test_a_claiming_restore_raises_what_a_read_raises(tmp_path: Path, cache_dir: Path) -> None:
@@ -194,10 +201,10 @@ def test_a_claiming_restore_raises_what_a_read_raises(tmp_path: Path, cache_dir:
     damaged[index.data_start + index.members[4].offset + 3] ^= 0x01
     repo.backend.put(object_key(pack), bytes(damaged))
     chains = {kg: (r,) for kg, r in refs.items()}
-    batches = chunks.batches_of(list(chains), 6)
-    claims = chunks.Claims(str(tmp_path), len(batches))
+    batches = batches_of(list(chains), 6)
+    claims = Claims(str(tmp_path), len(batches))
     with pytest.raises(CorruptObjectError, match="key group 4"):
-        chunks.restore_claimed(repo, chains, batches, claims, ["key"], threads=2)
+        restore_claimed(repo, chains, batches, claims, ["key"], threads=2)
 
 
 def test_restore_partition_with_claims_shares_the_key_groups(

@@ -12,21 +12,26 @@ import pyarrow as pa
 import pytest
 
 from runners.engine import EpochRunner, publish_output, read_output
-from runners.engine.chunks import decode_table, load_key_group
 from runners.engine.keygroups import key_group_of
+from runners.engine.state.codec import decode_table
+from runners.engine.state.restore import load_key_group
 from runners.engine.state_ops import (
-    BranchConflictError,
     MigrationError,
     StateOperationError,
-    copy_branch,
     load_migration,
     new_branch_commit,
-    reachable_objects,
     rehash,
     replay_problem,
     transform_state,
 )
-from snapshots_store import RefConflictError, Repository, check_repository
+from snapshots_store import (
+    BranchConflictError,
+    RefConflictError,
+    RefNotFoundError,
+    Repository,
+    check_repository,
+)
+from snapshots_store.branch_copy import copy_branch, reachable_objects
 from tests.engine.jobs import aggregate_job, running_total, running_total_v2
 
 pytestmark = pytest.mark.spark
@@ -345,7 +350,7 @@ def test_copy_branch_resumes_after_a_crash_and_fast_forwards(
     assert dst.resolve("cp") == other
     forced = copy_branch(half, dst, "cp", force=True)
     assert dst.resolve("cp") == half.resolve("cp") and forced.previous_target == other
-    with pytest.raises(StateOperationError, match="does not exist"):
+    with pytest.raises(RefNotFoundError, match="does not exist"):
         copy_branch(half, dst, "no-such-branch")
 
 

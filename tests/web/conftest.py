@@ -20,8 +20,8 @@ from controlplane.applications.services import application_create, version_creat
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_create
 from controlplane.lineage.services import reindex_application
-from runners.engine import chunks
 from runners.engine.keygroups import key_group_of
+from runners.engine.state import codec
 from snapshots_store import Manifest, Repository
 from tests.api.conftest import fast_password_hashing, store_url  # noqa: F401  (fixtures)
 
@@ -87,7 +87,7 @@ def commit(
 ) -> str:
     """Commit epoch `epoch` on `branch` after `parent`: a base chunk per key group."""
     key_groups = {
-        g: (repo.put_object("chunk", chunks.encode_table(chunks.with_deleted(table))),)
+        g: (repo.put_object("chunk", codec.encode_table(codec.with_deleted(table))),)
         for g, table in _state(epoch, branch).items()
     }
     manifest = Manifest(
