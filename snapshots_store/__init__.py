@@ -15,6 +15,7 @@ from snapshots_store.errors import (
     RefNotFoundError,
     StoreConfigError,
     StoreError,
+    StoreUnavailableError,
     UnknownRevisionError,
 )
 from snapshots_store.fsck import FsckProblem, FsckReport, check_repository
@@ -47,6 +48,7 @@ __all__ = [
     "SnapshotDiff",
     "StoreConfigError",
     "StoreError",
+    "StoreUnavailableError",
     "UnknownRevisionError",
     "check_repository",
     "collect_garbage",

@@ -114,3 +114,19 @@ class UnknownRevisionError(StoreError):
 
 class StoreConfigError(StoreError):
     """The store URL, backend or server cannot give the guarantees the store needs."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store's server kept failing (errors, throttling, resets, timeouts) for longer than
+    the retry budget allows. Nothing half-written is visible: the caller may retry later."""
+
+    def __init__(self, store: str, action: str, attempts: int, elapsed_s: float, last: str):
+        self.store = store
+        self.action = action
+        self.attempts = attempts
+        self.elapsed_s = elapsed_s
+        super().__init__(
+            f"store {store} unavailable: {action} failed {attempts} times in {elapsed_s:.1f} s "
+            f"(last: {last}); check the store's health, then restart — committed snapshots "
+            f"are intact"
+        )

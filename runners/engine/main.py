@@ -13,7 +13,9 @@ service). Either way it stops at an epoch boundary on a stop request for its run
 SIGINT: a signal abandons an epoch whose Spark job is still running (nothing is committed; the
 CAS is the only commit point) and the process exits 0 after a final `{"event": "stopped",
 "reason": …}` line. A log source whose retention deleted records the job has not read
-stops it with exit status 3 and the reason ``data lost: …`` naming them.
+stops it with exit status 3 and the reason ``data lost: …`` naming them. A store that stays
+unavailable past its retry budget (snapshots_store/backends/retry.py) stops it with exit status
+4 and the reason ``store … unavailable: …``; the epoch was not committed, a restart resumes.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from runners import entry_points
 from runners.engine.job import Job
 from runners.engine.runner import EpochRunner
 from runners.engine.session import build_spark_session
+from runners.engine.store_outage import store_unavailable_reason
 from runners.engine.streams import SourceDataLostError
 from snapshots_store import Repository
 
@@ -149,6 +152,14 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
             with contextlib.suppress(Exception):
                 spark.stop()
             return 3
+        except Exception as exc:  # the store down past its retry budget: stop, say so
+            outage = store_unavailable_reason(exc)
+            if outage is None:
+                raise
+            print(json.dumps({"event": "stopped", "reason": outage}), flush=True)
+            with contextlib.suppress(Exception):
+                spark.stop()
+            return 4
         if result is None:
             if runner.should_wait(follow=args.follow):
                 runner.wait(runner.poll_interval_s)
