@@ -17,7 +17,7 @@ __all__ = ["s3_endpoint"]
 #: A retry policy quick enough for tests: small waits, a read timeout the proxy's "slow"
 #: answers pass (they are held 1.2 s).
 FAST_RETRY_ENV = {
-    "EPOCHAL_STORE_RETRY_ATTEMPTS": "12",
+    "EPOCHAL_STORE_RETRY_ATTEMPTS": "100",
     "EPOCHAL_STORE_RETRY_BUDGET_S": "20",
     "EPOCHAL_STORE_RETRY_BASE_S": "0.01",
     "EPOCHAL_STORE_RETRY_CAP_S": "0.2",
