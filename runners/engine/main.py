@@ -14,8 +14,10 @@ SIGINT: a signal abandons an epoch whose Spark job is still running (nothing is 
 CAS is the only commit point) and the process exits 0 after a final `{"event": "stopped",
 "reason": …}` line. A log source whose retention deleted records the job has not read
 stops it with exit status 3 and the reason ``data lost: …`` naming them. A store that stays
-unavailable past its retry budget (snapshots_store/backends/retry.py) stops it with exit status
-4 and the reason ``store … unavailable: …``; the epoch was not committed, a restart resumes.
+unavailable past its retry budget stops it with exit status 4 and the reason ``store …
+unavailable: …`` (the epoch was not committed, a restart resumes); a damaged snapshot to
+restore, with exit status 5 and a reason naming it, the object and the newest intact ancestor
+(runners/engine/store_faults.py).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from runners import entry_points
 from runners.engine.job import Job
 from runners.engine.runner import EpochRunner
 from runners.engine.session import build_spark_session
-from runners.engine.store_outage import store_unavailable_reason
+from runners.engine.store_faults import stop_on_store_faults
 from runners.engine.streams import SourceDataLostError
 from snapshots_store import Repository
 
@@ -63,6 +65,7 @@ def load_job(name: str, job_args: Mapping[str, Any] | None = None) -> Job:
     return job
 
 
+@stop_on_store_faults
 def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
     """Run the job; `standby` says a warm standby driver took this run over (its session was
     up before the run started: runners/engine/standby.py)."""
@@ -152,14 +155,6 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
             with contextlib.suppress(Exception):
                 spark.stop()
             return 3
-        except Exception as exc:  # the store down past its retry budget: stop, say so
-            outage = store_unavailable_reason(exc)
-            if outage is None:
-                raise
-            print(json.dumps({"event": "stopped", "reason": outage}), flush=True)
-            with contextlib.suppress(Exception):
-                spark.stop()
-            return 4
         if result is None:
             if runner.should_wait(follow=args.follow):
                 runner.wait(runner.poll_interval_s)

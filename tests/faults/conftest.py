@@ -3,12 +3,17 @@ in front of it per test."""
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import boto3
 import pytest
 
+from runners.engine import EpochRunner
+from snapshots_store import Repository
+from tests.engine.jobs import crash_job, write_epochs
 from tests.faults.s3_proxy import FaultyS3Proxy, faulty_s3
 from tests.store.conftest import s3_endpoint
 
@@ -49,3 +54,22 @@ def proxied_store(s3_endpoint: str, s3_proxy: FaultyS3Proxy, fast_retries: objec
         Bucket=bucket
     )
     return f"s3://{bucket}/root?endpoint_url={s3_proxy.endpoint}"
+
+
+EPOCHS, RECORDS = 3, 700  # the fault suite's job: 3 epochs of 700 records over 120 keys
+
+
+@pytest.fixture(scope="session")
+def fault_data(tmp_path_factory: pytest.TempPathFactory) -> str:
+    directory = tmp_path_factory.mktemp("store-faults") / "in"
+    write_epochs(str(directory), files=EPOCHS, keys=120, records=RECORDS, seed=29)
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def reference(spark: Any, fault_data: str, tmp_path_factory: pytest.TempPathFactory) -> Repository:
+    """The job's fault-free run on a local store (namespace "crash")."""
+    repo = Repository.open(f"file://{tmp_path_factory.mktemp('reference')}/store", "crash")
+    os.environ["EPOCHAL_TEST_DATA"] = fault_data
+    EpochRunner(spark, crash_job(), repo=repo, parallelism=2).run()
+    return repo

@@ -5,43 +5,24 @@ restarted, the job finishes with output and state identical to a fault-free run.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
 
-from runners.engine import EpochRunner, read_output
+from runners.engine import read_output
 from snapshots_store import Repository, check_repository
 from tests.engine.crash_harness import branch_state, run_job
-from tests.engine.jobs import crash_job, write_epochs
-from tests.faults.conftest import FAST_RETRY_ENV
+from tests.faults.conftest import EPOCHS, FAST_RETRY_ENV, RECORDS
 from tests.faults.report import record
 from tests.faults.s3_proxy import FaultyS3Proxy
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
 
-EPOCHS, RECORDS = 3, 700
 OUTAGE_BUDGET_S = "2"
 OUTAGE_LIMIT_S = 120.0
-
-
-@pytest.fixture(scope="module")
-def fault_data(tmp_path_factory: pytest.TempPathFactory) -> str:
-    directory = tmp_path_factory.mktemp("store-faults") / "in"
-    write_epochs(str(directory), files=EPOCHS, keys=120, records=RECORDS, seed=29)
-    return str(directory)
-
-
-@pytest.fixture(scope="module")
-def reference(spark: Any, fault_data: str, tmp_path_factory: pytest.TempPathFactory) -> Repository:
-    repo = Repository.open(f"file://{tmp_path_factory.mktemp('reference')}/store", "crash")
-    os.environ["EPOCHAL_TEST_DATA"] = fault_data
-    EpochRunner(spark, crash_job(), repo=repo, parallelism=2).run()
-    return repo
 
 
 def _running(marker: str) -> bool:
