@@ -21,7 +21,7 @@ RETRY_AFTER_S = 5
 
 
 def unavailable(exc: BaseException | None) -> str | None:
-    """"database" or "store" when `exc` says that dependency is unreachable; None otherwise."""
+    """ "database" or "store" when `exc` says that dependency is unreachable; None otherwise."""
     if isinstance(exc, StoreUnavailableError):
         return "store"
     if isinstance(exc, OperationalError | InterfaceError):

@@ -218,15 +218,15 @@ class S3Backend:
     def list(self, prefix: str) -> Iterator[KeyInfo]:
         full_prefix = f"{self.prefix}/{prefix}" if self.prefix else prefix
         token: dict[str, str] = {}
+
+        def page_request(after: dict[str, str]) -> Callable[[], Any]:
+            return lambda: self._client.list_objects_v2(
+                Bucket=self.bucket, Prefix=full_prefix, **after
+            )
+
         try:
             while True:  # page by page, each page's request retried on its own
-                page = self._call(
-                    "LIST",
-                    full_prefix,
-                    lambda: self._client.list_objects_v2(
-                        Bucket=self.bucket, Prefix=full_prefix, **token
-                    ),
-                )
+                page = self._call("LIST", full_prefix, page_request(token))
                 for item in page.get("Contents", []):
                     key = self._rel(item["Key"])
                     yield KeyInfo(key, int(item["Size"]), _utc(item["LastModified"]))

@@ -132,9 +132,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _abort(self) -> None:
         self.close_connection = True
         with contextlib.suppress(OSError):
-            self.connection.setsockopt(
-                socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0)
-            )
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
 
     def _error(self, status: int, code: str, message: str) -> None:

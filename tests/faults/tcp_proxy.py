@@ -126,9 +126,7 @@ class TcpProxy:
                 self._open.update((client, server))
             ends = [2]  # pumps still running; the last one closes both sockets
             for source, sink in ((client, server), (server, client)):
-                threading.Thread(
-                    target=self._pump, args=(source, sink, ends), daemon=True
-                ).start()
+                threading.Thread(target=self._pump, args=(source, sink, ends), daemon=True).start()
 
     def _pump(self, source: socket.socket, sink: socket.socket, ends: list[int]) -> None:
         try:

@@ -110,8 +110,8 @@ def test_a_job_refuses_to_restore_a_damaged_head_naming_it(
     pack = flip_pack_byte(repo)
     data = tmp_path / "in"
     shutil.copytree(fault_data, data)  # one epoch more to run, so the job restores its state
-    write_parquet_file(str(data), f"part-{EPOCHS:05d}",
-                       Generator(keys=120, records_per_epoch=700, seed=29).block(EPOCHS))  # fmt: skip
+    block = Generator(keys=120, records_per_epoch=700, seed=29).block(EPOCHS)
+    write_parquet_file(str(data), f"part-{EPOCHS:05d}", block)
     cache = tmp_path / "cache"  # a machine that has not cached the state: it reads the store
     run = run_job(store=url, namespace="crash", data=str(data), max_epochs=1,
                   extra_env={"EPOCHAL_STATE_CACHE_DIR": str(cache)})  # fmt: skip
