@@ -15,6 +15,7 @@ from snapshots_store.errors import (
     RefNotFoundError,
     StoreConfigError,
     StoreError,
+    StoreFullError,
     StoreUnavailableError,
     UnknownRevisionError,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "SnapshotDiff",
     "StoreConfigError",
     "StoreError",
+    "StoreFullError",
     "StoreUnavailableError",
     "UnknownRevisionError",
     "check_repository",

@@ -130,3 +130,19 @@ class StoreUnavailableError(StoreError):
             f"(last: {last}); check the store's health, then restart — committed snapshots "
             f"are intact"
         )
+
+
+class StoreFullError(StoreUnavailableError):
+    """The store's filesystem has no space (or quota) left for a write: nothing half-written
+    stays (the temp file is removed) and committed snapshots are intact."""
+
+    def __init__(self, store: str, key: str, detail: str) -> None:
+        self.store = store
+        self.action = f"write of {key}"
+        self.attempts = 1
+        self.elapsed_s = 0.0
+        StoreError.__init__(
+            self,
+            f"store {store} full: writing {key} failed ({detail}); free space or grow the "
+            f"volume, then restart — committed snapshots are intact",
+        )

@@ -1,7 +1,8 @@
 """A job that cannot go on because of its store stops with a reason, not a traceback.
 
-* The store unavailable past its retry budget (`StoreUnavailableError`): exit status 4, the
-  reason ``store … unavailable: …``; nothing was committed by the failed epoch, a restart
+* The store unavailable past its retry budget (`StoreUnavailableError`), or its filesystem
+  full (`StoreFullError`): exit status 4, the reason ``store … unavailable: …`` or ``store …
+  full: …``; nothing was committed by the failed epoch, a restart
   resumes from the head.
 * The snapshot to restore is damaged (a chunk or manifest whose bytes do not match its hash, or
   missing): exit status 5, the reason names the snapshot, the object and the newest intact
@@ -35,7 +36,9 @@ from snapshots_store import (
 STORE_UNAVAILABLE_EXIT = 4
 DAMAGED_SNAPSHOT_EXIT = 5
 
-_UNAVAILABLE = re.compile(r"StoreUnavailableError: (store \S+ unavailable: [^\n]*)")
+_UNAVAILABLE = re.compile(
+    r"(?:StoreUnavailableError|StoreFullError): (store \S+ (?:unavailable|full): [^\n]*)"
+)
 _DAMAGED = re.compile(r"(?:CorruptObjectError|ObjectNotFoundError): ([^\n]*)")
 
 
