@@ -24,13 +24,14 @@ from snapshots_store.objects import object_key
 from snapshots_store.packs import split_ref
 from tests.engine.crash_harness import run_job
 from tests.faults.conftest import EPOCHS
-from tests.faults.report import record
+from tests.faults.report import injections, record
 
 pytestmark = [pytest.mark.spark, pytest.mark.faults]
 
 
 def _copy(reference: Repository, tmp_path: Path) -> tuple[str, Repository]:
     source = Path(reference.backend.url.removeprefix("file://")).parent
+    tmp_path.mkdir(parents=True, exist_ok=True)
     shutil.copytree(source, tmp_path / "store")
     url = f"file://{tmp_path / 'store'}"
     return url, Repository.open(url, "crash")
@@ -82,23 +83,27 @@ DAMAGE: dict[str, Callable[[Repository], str]] = {
 def test_damage_is_named_and_the_newest_intact_snapshot_found(
     reference: Repository, tmp_path: Path, damage: str
 ) -> None:
-    _, repo = _copy(reference, tmp_path)
-    head = repo.resolve("main")
-    parent = reference.read_manifest(head).parents[0]
-    began = time.monotonic()
-    damaged = DAMAGE[damage](repo)
-    fresh = Repository.open(repo.backend.url.rsplit("/", 1)[0], "crash")  # no cached manifest
-    problems = check_snapshot(fresh, head)
-    assert problems, f"{damage}: not detected"
-    assert all(p.snapshot_id == head for p in problems)
-    assert any(p.object_id == damaged for p in problems), problems
-    assert damaged in problems[0].message and head in problems[0].message
-    report = check_repository(fresh)
-    assert not report.ok and any(p.object_id == damaged for p in report.problems)
-    assert newest_intact_on_branch(fresh, "main") == parent
-    assert not check_snapshot(fresh, parent)
-    record("damaged_object", injected=1, survived=1, lost=0, duplicated=0,
-           recover_s=[time.monotonic() - began])  # fmt: skip
+    recover_s = []
+    rounds = injections()
+    for n in range(rounds):  # each round on a fresh copy of the store the engine wrote
+        _, repo = _copy(reference, tmp_path / f"round-{n}")
+        head = repo.resolve("main")
+        parent = reference.read_manifest(head).parents[0]
+        damaged = DAMAGE[damage](repo)
+        began = time.monotonic()
+        fresh = Repository.open(repo.backend.url.rsplit("/", 1)[0], "crash")  # nothing cached
+        problems = check_snapshot(fresh, head)
+        assert problems, f"{damage}: not detected"
+        assert all(p.snapshot_id == head for p in problems)
+        assert any(p.object_id == damaged for p in problems), problems
+        assert damaged in problems[0].message and head in problems[0].message
+        report = check_repository(fresh)
+        assert not report.ok and any(p.object_id == damaged for p in report.problems)
+        assert newest_intact_on_branch(fresh, "main") == parent
+        assert not check_snapshot(fresh, parent)
+        recover_s.append(time.monotonic() - began)  # from the damage to the rollback target
+    record("damaged_object", injected=rounds, survived=rounds, lost=0, duplicated=0,
+           recover_s=recover_s)  # fmt: skip
 
 
 def test_a_job_refuses_to_restore_a_damaged_head_naming_it(
