@@ -102,6 +102,7 @@ def test_api_answers_503_with_retry_after_while_the_database_is_away_then_catche
             operator.post(job_ops, {"kind": "stop"}, HTTP_IDEMPOTENCY_KEY=f"stop-{n}"),
             operator.get("/healthz/ready"),
             operator.get("/healthz"),
+            operator.get("/metrics"),
         ):
             assert response.status_code == 503, (response.status_code, response.content[:300])
             assert response["Retry-After"] == "5"
