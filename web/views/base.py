@@ -104,10 +104,10 @@ def server_error(request: HttpRequest) -> HttpResponse:
 
 
 def unavailable_response(request: HttpRequest, dependency: str) -> HttpResponse:
-    """503 with Retry-After: JSON under /api/ and for the probes, a plain page elsewhere."""
+    """503 with Retry-After: JSON for the API, the probes and /metrics; a plain page elsewhere."""
     text = availability.message(dependency)
     retry = str(availability.RETRY_AFTER_S)
-    if request.path.startswith(("/api/", "/healthz")):
+    if request.path.startswith(("/api/", "/healthz", "/metrics")):
         body = {"error": {"code": f"{dependency}_unavailable", "message": text, "fields": {},
                           "detail": {"retry_after_s": availability.RETRY_AFTER_S}}}  # fmt: skip
         response: HttpResponse = JsonResponse(body, status=503)
