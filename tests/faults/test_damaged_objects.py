@@ -106,6 +106,7 @@ def test_damage_is_named_and_the_newest_intact_snapshot_found(
            recover_s=recover_s)  # fmt: skip
 
 
+@pytest.mark.slow  # a job process of its own (~35 s under load): python -m bench.faults runs it
 def test_a_job_refuses_to_restore_a_damaged_head_naming_it(
     reference: Repository, fault_data: str, tmp_path: Path
 ) -> None:
