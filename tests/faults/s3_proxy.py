@@ -12,7 +12,8 @@ with probability `rate`, among the kinds `kinds`:
 `script(...)` queues faults for the next requests of a method, in order, before any random
 one (``reset-before`` and ``reset-after`` pick the side of a reset). `injected` counts the faults
 by kind; `requests` counts every request. `pause()` makes every request fail (503) until
-`resume()`: an outage longer than any retry budget.
+`resume()`: an outage longer than any retry budget. `drop_headers` are not forwarded (a server
+that ignores conditional writes drops ``If-Match`` and ``If-None-Match``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class FaultyS3Proxy(http.server.ThreadingHTTPServer):
         slow_s: float = 3.0,
         seed: int = 0,
         methods: tuple[str, ...] = ("GET", "PUT", "HEAD", "DELETE", "POST"),
+        drop_headers: tuple[str, ...] = (),
     ) -> None:
         unknown = set(kinds) - set(KINDS)
         if unknown:
@@ -58,6 +60,7 @@ class FaultyS3Proxy(http.server.ThreadingHTTPServer):
         self.kinds = kinds
         self.slow_s = slow_s
         self.methods = methods
+        self.drop_headers = frozenset(("expect", *(h.lower() for h in drop_headers)))
         self.rng = random.Random(seed)
         self.injected: Counter[str] = Counter()
         self.requests = 0
@@ -156,7 +159,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             fault = "reset-before" if self.server.coin() else "reset-after"
         if fault == "reset-before":
             return self._abort()  # before the request reached the store
-        headers = {k: v for k, v in self.headers.items() if k.lower() != "expect"}
+        headers = {
+            k: v for k, v in self.headers.items() if k.lower() not in self.server.drop_headers
+        }
         upstream = http.client.HTTPConnection(
             self.server.upstream.hostname or "127.0.0.1", self.server.upstream.port, timeout=60
         )
