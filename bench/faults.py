@@ -59,6 +59,9 @@ def run_suite(injections: int, pytest_args: list[str]) -> dict[str, Any]:
         elapsed = time.monotonic() - began
         tail = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
         print(f"bench.faults: pytest exit {proc.returncode}: {tail}", file=sys.stderr)
+        failed = [x for x in proc.stdout.splitlines() if x.startswith(("FAILED", "ERROR", "E  "))]
+        for line in failed[:40]:
+            print(f"bench.faults: {line}", file=sys.stderr)
         lines = [json.loads(x) for x in report.read_text().splitlines()] if report.exists() else []
     classes: dict[str, dict[str, Any]] = defaultdict(
         lambda: {"injected": 0, "survived": 0, "lost": 0, "duplicated": 0, "recover": []}
@@ -85,6 +88,7 @@ def run_suite(injections: int, pytest_args: list[str]) -> dict[str, Any]:
     return {
         "pytest_exit": proc.returncode,
         "pytest_summary": tail[0] if tail else "",
+        "pytest_failed": [x for x in failed if x.startswith(("FAILED", "ERROR"))],
         "elapsed_s": round(elapsed, 1),
         "load_before": [round(x, 2) for x in load_before],
         "load_after": [round(x, 2) for x in os.getloadavg()],

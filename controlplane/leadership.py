@@ -6,7 +6,8 @@ its body only in the process that holds the role's lease: a PostgreSQL session-l
 lock, taken with ``pg_try_advisory_lock`` on a connection of its own that the process keeps. The
 server releases it when that connection ends — the leader exits, crashes or loses the database —
 and the next replica to try takes it over. The leader also acts at most once per half interval,
-so two beats sending it the same tick act once.
+so two beats sending it the same tick act once, and a new leader waits half an interval before
+its first act (its predecessor may have acted just before it died).
 
 On SQLite (a single-process development setup) every process leads.
 """
@@ -69,6 +70,9 @@ def holds(role: str) -> bool:
             return False
         if taken and taken[0]:
             _sessions[role] = session
+            # a new leader lets half an interval pass before it acts: the one it replaces may
+            # have acted just before it died (the lease hand-over's grace period)
+            _last_acted[role] = time.monotonic()
             log.info("leadership: this process now leads %s", role)
             return True
         session.close()

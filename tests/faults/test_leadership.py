@@ -66,7 +66,7 @@ def test_two_replicas_act_once_per_interval_and_fail_over(tmp_path: Path) -> Non
     acts = _acts(out)
     times = [t for _, t in acts]
     gaps = [b - a for a, b in itertools.pairwise(times)]
-    duplicated = sum(gap < INTERVAL_S / 2 for gap in gaps)
+    duplicated = sum(gap < 0.9 * INTERVAL_S / 2 for gap in gaps)  # 10%: clocks of two processes
     assert duplicated == 0, gaps  # never two acts for one tick, not even across a takeover
     runs = [pid for i, (pid, _) in enumerate(acts) if i == 0 or acts[i - 1][0] != pid]
     assert len(runs) == len(set(runs)) == wanted + 1  # one leader at a time, each once
