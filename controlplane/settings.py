@@ -71,7 +71,7 @@ SESSION_COOKIE_SECURE = config.env_bool("DJANGO_SESSION_COOKIE_SECURE", HTTPS)
 CSRF_COOKIE_SECURE = config.env_bool("DJANGO_CSRF_COOKIE_SECURE", HTTPS)
 SECURE_SSL_REDIRECT = config.env_bool("DJANGO_SECURE_SSL_REDIRECT", HTTPS)
 # Probes and the Prometheus scraper talk plain http inside the cluster.
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz(/live|/ready)?$", r"^metrics$"]
 SECURE_HSTS_SECONDS = config.env_int("DJANGO_HSTS_SECONDS", 31536000 if HTTPS else 0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = config.env_bool("DJANGO_HSTS_INCLUDE_SUBDOMAINS", HTTPS)
 SECURE_HSTS_PRELOAD = config.env_bool("DJANGO_HSTS_PRELOAD", HTTPS)

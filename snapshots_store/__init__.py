@@ -16,9 +16,18 @@ from snapshots_store.errors import (
     RefNotFoundError,
     StoreConfigError,
     StoreError,
+    StoreFullError,
+    StoreUnavailableError,
     UnknownRevisionError,
 )
-from snapshots_store.fsck import FsckProblem, FsckReport, check_repository
+from snapshots_store.fsck import (
+    FsckProblem,
+    FsckReport,
+    check_repository,
+    check_snapshot,
+    newest_intact_ancestor,
+    newest_intact_on_branch,
+)
 from snapshots_store.gc import GcItem, GcReport, collect_garbage
 from snapshots_store.manifest import Manifest
 from snapshots_store.reflog import ReflogEntry
@@ -49,8 +58,13 @@ __all__ = [
     "SnapshotDiff",
     "StoreConfigError",
     "StoreError",
+    "StoreFullError",
+    "StoreUnavailableError",
     "UnknownRevisionError",
     "check_repository",
+    "check_snapshot",
     "collect_garbage",
+    "newest_intact_ancestor",
+    "newest_intact_on_branch",
     "open_backend",
 ]

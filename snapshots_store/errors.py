@@ -136,3 +136,35 @@ class InvalidRevisionError(UnknownRevisionError):
 
 class StoreConfigError(StoreError):
     """The store URL, backend or server cannot give the guarantees the store needs."""
+
+
+class StoreUnavailableError(StoreError):
+    """The store's server kept failing (errors, throttling, resets, timeouts) for longer than
+    the retry budget allows. Nothing half-written is visible: the caller may retry later."""
+
+    def __init__(self, store: str, action: str, attempts: int, elapsed_s: float, last: str):
+        self.store = store
+        self.action = action
+        self.attempts = attempts
+        self.elapsed_s = elapsed_s
+        super().__init__(
+            f"store {store} unavailable: {action} failed {attempts} times in {elapsed_s:.1f} s "
+            f"(last: {last}); check the store's health, then restart — committed snapshots "
+            f"are intact"
+        )
+
+
+class StoreFullError(StoreUnavailableError):
+    """The store's filesystem has no space (or quota) left for a write: nothing half-written
+    stays (the temp file is removed) and committed snapshots are intact."""
+
+    def __init__(self, store: str, key: str, detail: str) -> None:
+        self.store = store
+        self.action = f"write of {key}"
+        self.attempts = 1
+        self.elapsed_s = 0.0
+        StoreError.__init__(
+            self,
+            f"store {store} full: writing {key} failed ({detail}); free space or grow the "
+            f"volume, then restart — committed snapshots are intact",
+        )

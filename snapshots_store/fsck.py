@@ -196,30 +196,36 @@ class _Checker:
                         snapshot_id=sid,
                         object_id=parent,
                     )
-            for group, chunks in manifest.key_groups.items():
-                for chunk in chunks:
-                    oid, member = split_ref(chunk)
-                    problem, detail = self._object(oid, "chunk" if member is None else "pack")
-                    if problem is None and member is not None:
-                        problem, detail = self._member(oid, member)
-                    if problem is not None and detail:
-                        self._add(
-                            problem,
-                            f"snapshot {sid}: key group {group} chunk {chunk} {detail}",
-                            snapshot_id=sid,
-                            key_group=group,
-                            object_id=oid,
-                        )
-            for output in manifest.outputs:
-                problem, detail = self._object(output, "output")
+            self.check_contents(sid, manifest)
+        return len(seen)
+
+    def check_contents(self, sid: str, manifest: Manifest, *, outputs: bool = True) -> None:
+        """The chunks of every key group `manifest` names (and its sink outputs)."""
+        for group, chunks in manifest.key_groups.items():
+            for chunk in chunks:
+                oid, member = split_ref(chunk)
+                problem, detail = self._object(oid, "chunk" if member is None else "pack")
+                if problem is None and member is not None:
+                    problem, detail = self._member(oid, member)
                 if problem is not None and detail:
                     self._add(
                         problem,
-                        f"snapshot {sid}: sink output {output} {detail}",
+                        f"snapshot {sid}: key group {group} chunk {chunk} {detail}",
                         snapshot_id=sid,
-                        object_id=output,
+                        key_group=group,
+                        object_id=oid,
                     )
-        return len(seen)
+        if not outputs:
+            return
+        for output in manifest.outputs:
+            problem, detail = self._object(output, "output")
+            if problem is not None and detail:
+                self._add(
+                    problem,
+                    f"snapshot {sid}: sink output {output} {detail}",
+                    snapshot_id=sid,
+                    object_id=output,
+                )
 
     def _add(self, kind: str, message: str, **where: Any) -> None:
         self.problems.append(FsckProblem(kind, message, **where))
@@ -236,3 +242,59 @@ def check_repository(repo: Repository) -> FsckReport:
         snapshots_checked=snapshots,
         objects_checked=len(checker.reads),
     )
+
+
+def check_snapshot(repo: Repository, snapshot_id: str) -> tuple[FsckProblem, ...]:
+    """What keeps `snapshot_id` from being restored: its manifest and every chunk of its
+    state, each verified against its hash (empty: it restores exactly as committed)."""
+    return _snapshot_problems(_Checker(repo), snapshot_id)
+
+
+def _snapshot_problems(checker: _Checker, snapshot_id: str) -> tuple[FsckProblem, ...]:
+    checker.problems, checker.reported = [], set()  # reads stay cached across snapshots
+    problem, detail = checker._object(snapshot_id, "manifest")
+    if problem is not None:
+        checker._add(problem, f"snapshot {snapshot_id} {detail}", snapshot_id=snapshot_id,
+                     object_id=snapshot_id)  # fmt: skip
+        return tuple(checker.problems)
+    manifest = checker.manifests[snapshot_id]
+    assert manifest is not None
+    checker.check_contents(snapshot_id, manifest, outputs=False)
+    return tuple(checker.problems)
+
+
+def newest_intact_ancestor(repo: Repository, snapshot_id: str) -> str | None:
+    """The newest snapshot on `snapshot_id`'s first-parent line (itself included) that
+    `check_snapshot` finds sound; None when there is none. Each object is read once."""
+    checker = _Checker(repo)
+    sid: str | None = snapshot_id
+    while sid is not None:
+        if not _snapshot_problems(checker, sid):
+            return sid
+        manifest = checker.manifests.get(sid)
+        if manifest is None:
+            return None  # the line is broken here: nothing older can be reached
+        sid = manifest.parents[0] if manifest.parents else None
+    return None
+
+
+def newest_intact_on_branch(repo: Repository, branch: str) -> str | None:
+    """The snapshot a rollback of `branch` should go to: the newest intact one on the head's
+    first-parent line; when that line is broken (a damaged manifest), the newest intact one
+    among the branch's earlier heads (its reflog, newest first)."""
+    head = repo.read_ref(f"heads/{branch}")
+    if head is None:
+        return None
+    intact = newest_intact_ancestor(repo, head.target)
+    if intact is not None:
+        return intact
+    try:
+        entries = repo.reflog(f"heads/{branch}")
+    except StoreError:
+        return None
+    for entry in sorted(entries, key=lambda e: e.seq, reverse=True):
+        if entry.new is not None and entry.new != head.target:
+            intact = newest_intact_ancestor(repo, entry.new)
+            if intact is not None:
+                return intact
+    return None

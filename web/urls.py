@@ -7,6 +7,8 @@ app_name = "web"
 urlpatterns = [
     path("", overview.overview, name="overview"),
     path("healthz", base.healthz, name="healthz"),
+    path("healthz/live", base.healthz_live, name="healthz-live"),
+    path("healthz/ready", base.healthz_ready, name="healthz-ready"),
     path(
         "login/",
         auth_views.LoginView.as_view(

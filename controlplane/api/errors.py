@@ -18,6 +18,7 @@ from django.urls import NoReverseMatch, reverse
 from rest_framework import exceptions, serializers, status
 from rest_framework.response import Response
 
+from controlplane import availability
 from controlplane.applications.errors import UnknownApplicationError, UnknownVersionError
 from controlplane.errors import EpochalError
 from controlplane.lineage.errors import InvalidCursorError, LineageError, UnknownRevisionError
@@ -86,6 +87,15 @@ def _message_of(fields: Mapping[str, list[str]]) -> str:
 def exception_response(exc: BaseException) -> Response | None:
     """The structured response for `exc`, or None when it is not an error we know."""
     headers: dict[str, str] = {}
+    dependency = availability.unavailable(exc)
+    if dependency is not None:
+        log.warning("%s unavailable answering an API request: %s", dependency, exc)
+        return Response(
+            error_body(f"{dependency}_unavailable", availability.message(dependency),
+                       detail={"retry_after_s": availability.RETRY_AFTER_S}),
+            status=503,
+            headers={"Retry-After": str(availability.RETRY_AFTER_S)},
+        )  # fmt: skip
     if isinstance(exc, EpochalError):
         body = {"error": exc.to_dict()}
         return Response(body, status=exc.http_status)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from controlplane import leadership
 from controlplane.operations.executor import execute
 from controlplane.operations.reconciler import collect_garbage_all, reconcile_all, watch_runs
 
@@ -18,15 +19,15 @@ def run_operation(operation_id: str) -> str:
 
 
 @shared_task(name="epochal.reconcile")
-def reconcile() -> dict[str, int]:
-    return reconcile_all()
+def reconcile() -> dict[str, int] | None:
+    return leadership.periodic("reconcile", reconcile_all)  # one replica acts (leadership.py)
 
 
 @shared_task(name="epochal.watch_runs", expires=5)
-def watch() -> dict[str, int]:
-    return watch_runs()
+def watch() -> dict[str, int] | None:
+    return leadership.periodic("watch-runs", watch_runs)
 
 
 @shared_task(name="epochal.collect_garbage")
-def collect_garbage() -> dict[str, int]:
-    return collect_garbage_all()
+def collect_garbage() -> dict[str, int] | None:
+    return leadership.periodic("collect-garbage", collect_garbage_all)

@@ -13,7 +13,11 @@ service). Either way it stops at an epoch boundary on a stop request for its run
 SIGINT: a signal abandons an epoch whose Spark job is still running (nothing is committed; the
 CAS is the only commit point) and the process exits 0 after a final `{"event": "stopped",
 "reason": …}` line. A log source whose retention deleted records the job has not read
-stops it with exit status 3 and the reason ``data lost: …`` naming them.
+stops it with exit status 3 and the reason ``data lost: …`` naming them. A store that stays
+unavailable past its retry budget stops it with exit status 4 and the reason ``store …
+unavailable: …`` (the epoch was not committed, a restart resumes); a damaged snapshot to
+restore, with exit status 5 and a reason naming it, the object and the newest intact ancestor
+(runners/engine/store_faults.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from runners.engine.job import Job
 from runners.engine.runner import EpochRunner
 from runners.engine.session import build_spark_session
 from runners.engine.sinks import Closes
+from runners.engine.store_faults import stop_on_store_faults
 from runners.engine.streams import SourceDataLostError
 from snapshots_store import Repository
 
@@ -94,6 +99,7 @@ def _print_event(event: dict[str, Any]) -> None:
     print(json.dumps(event), flush=True)
 
 
+@stop_on_store_faults
 def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
     """Run the job; `standby` says a warm standby driver took this run over (its session was
     up before the run started: runners/engine/standby.py)."""

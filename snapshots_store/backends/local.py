@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from snapshots_store.backends.base import Blob, KeyInfo, check_key
-from snapshots_store.errors import StoreConfigError, StoreError
+from snapshots_store.errors import StoreConfigError, StoreError, StoreFullError
 
 _TMP_MARK = ".tmp-"
 LOCK_DIR = ".locks"
@@ -107,10 +107,25 @@ class LocalBackend:
         _fsync_dir(path.parent)
         return _version(data)
 
+    @contextlib.contextmanager
+    def _space(self, key: str) -> Iterator[None]:
+        """A full filesystem (or quota) as `StoreFullError` naming the store and the key."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise StoreFullError(self.url, key, os.strerror(exc.errno)) from exc
+            raise
+
     def put(self, key: str, data: bytes) -> str:
-        return self._replace(self._path(key), data)
+        with self._space(key):
+            return self._replace(self._path(key), data)
 
     def put_if_absent(self, key: str, data: bytes) -> str | None:
+        with self._space(key):
+            return self._put_if_absent(key, data)
+
+    def _put_if_absent(self, key: str, data: bytes) -> str | None:
         path = self._path(key)
         if path.exists():
             return None
@@ -146,7 +161,7 @@ class LocalBackend:
 
     def put_if_match(self, key: str, data: bytes, version: str) -> str | None:
         path = self._path(key)
-        with self._locked(key):
+        with self._space(key), self._locked(key):
             current = self._read(path)
             if current is None or _version(current) != version:
                 return None

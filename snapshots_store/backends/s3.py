@@ -19,20 +19,32 @@ from __future__ import annotations
 import os
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from snapshots_store.backends.base import Blob, KeyInfo, check_key
+from snapshots_store.backends.retry import RetryPolicy
 from snapshots_store.errors import StoreConfigError, StoreError
 
 _CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict", "412", "409"})
+T = TypeVar("T")
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_TRANSIENT_CODES = frozenset(
+    {"SlowDown", "InternalError", "ServiceUnavailable", "RequestTimeout", "Throttling",
+     "ThrottlingException", "RequestTimeTooSkewed"}
+)  # fmt: skip
 PROBE_PREFIX = ".epochal-probe"
 
 
@@ -54,6 +66,14 @@ def _status(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
+def transient(exc: Exception) -> bool:
+    """Whether the same request may succeed when sent again: a server error or throttling
+    answer, a connection refused, reset or closed early, a connect or read timeout."""
+    if isinstance(exc, ClientError):
+        return _status(exc) >= 500 or _status(exc) == 429 or _code(exc) in _TRANSIENT_CODES
+    return isinstance(exc, BotoConnectionError | HTTPClientError | IncompleteReadError)
+
+
 class S3Backend:
     """Keys are objects ``<prefix>/<key>`` in one bucket."""
 
@@ -66,6 +86,7 @@ class S3Backend:
         region: str | None = None,
         client: Any = None,
         credentials: S3Credentials | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
@@ -77,13 +98,16 @@ class S3Backend:
         self._region = region
         self._given_client = client
         self._credentials = credentials
+        self.retry = retry if retry is not None else RetryPolicy.from_env()
 
     @property
     def _client(self) -> Any:
         """The process's client for this endpoint (re-created after a fork)."""
         if self._given_client is not None:
             return self._given_client
-        return _shared_client(self._endpoint_url, self._region or "us-east-1", self._credentials)
+        return _shared_client(
+            self._endpoint_url, self._region or "us-east-1", self._credentials, self.retry
+        )
 
     @property
     def _probe_key(self) -> tuple[int, str | None, str, str]:
@@ -91,12 +115,24 @@ class S3Backend:
 
     def __reduce__(
         self,
-    ) -> tuple[Any, tuple[str, str, str | None, str | None, S3Credentials | None]]:
+    ) -> tuple[Any, tuple[str, str, str | None, str | None, S3Credentials | None, RetryPolicy]]:
         """Pickle as its configuration (for Spark executors); the client is per process."""
         return (
             _rebuild,
-            (self.bucket, self.prefix, self._endpoint_url, self._region, self._credentials),
+            (
+                self.bucket,
+                self.prefix,
+                self._endpoint_url,
+                self._region,
+                self._credentials,
+                self.retry,
+            ),
         )
+
+    def _call(self, verb: str, full: str, request: Callable[[], T]) -> T:
+        """`request()` with the retry policy: transient failures are retried within its budget,
+        then `StoreUnavailableError`; other errors pass through at once."""
+        return self.retry.call(self.url, f"{verb} s3://{self.bucket}/{full}", request, transient)
 
     def _full(self, key: str) -> str:
         check_key(key)
@@ -115,16 +151,20 @@ class S3Backend:
 
     def get(self, key: str) -> Blob | None:
         full = self._full(key)
-        try:
+
+        def request() -> tuple[bytes, str]:
             response = self._client.get_object(Bucket=self.bucket, Key=full)
-            data = response["Body"].read()
+            return response["Body"].read(), str(response["ETag"])
+
+        try:
+            data, version = self._call("GET", full, request)
         except ClientError as exc:
             if _code(exc) in _MISSING_CODES:
                 return None
             raise self._fail("GET", full, exc) from exc
         except BotoCoreError as exc:
             raise self._fail("GET", full, exc) from exc
-        return Blob(data, str(response["ETag"]))
+        return Blob(data, version)
 
     def get_range_into(self, key: str, start: int, buffer: memoryview) -> int | None:
         data = self.get_range(key, start, len(buffer))
@@ -142,11 +182,15 @@ class S3Backend:
         if length == 0:
             return b"" if self.stat(key) is not None else None
         full = self._full(key)
-        try:
+
+        def request() -> bytes:
             response = self._client.get_object(
                 Bucket=self.bucket, Key=full, Range=f"bytes={start}-{start + length - 1}"
             )
-            data: bytes = response["Body"].read()
+            return bytes(response["Body"].read())
+
+        try:
+            data = self._call("GET", full, request)
         except ClientError as exc:
             if _code(exc) in _MISSING_CODES:
                 return None
@@ -160,7 +204,9 @@ class S3Backend:
     def stat(self, key: str) -> KeyInfo | None:
         full = self._full(key)
         try:
-            response = self._client.head_object(Bucket=self.bucket, Key=full)
+            response = self._call(
+                "HEAD", full, lambda: self._client.head_object(Bucket=self.bucket, Key=full)
+            )
         except ClientError as exc:
             if _code(exc) in _MISSING_CODES or _status(exc) == 404:
                 return None
@@ -171,12 +217,22 @@ class S3Backend:
 
     def list(self, prefix: str) -> Iterator[KeyInfo]:
         full_prefix = f"{self.prefix}/{prefix}" if self.prefix else prefix
-        paginator = self._client.get_paginator("list_objects_v2")
+        token: dict[str, str] = {}
+
+        def page_request(after: dict[str, str]) -> Callable[[], Any]:
+            return lambda: self._client.list_objects_v2(
+                Bucket=self.bucket, Prefix=full_prefix, **after
+            )
+
         try:
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=full_prefix):
+            while True:  # page by page, each page's request retried on its own
+                page = self._call("LIST", full_prefix, page_request(token))
                 for item in page.get("Contents", []):
                     key = self._rel(item["Key"])
                     yield KeyInfo(key, int(item["Size"]), _utc(item["LastModified"]))
+                if not page.get("IsTruncated"):
+                    break
+                token = {"ContinuationToken": page["NextContinuationToken"]}
         except ClientError as exc:
             if _code(exc) == "NoSuchBucket":
                 raise StoreConfigError(
@@ -194,15 +250,21 @@ class S3Backend:
 
     def _put(self, key: str, data: bytes, **conditions: str) -> str | None:
         full = self._full(key)
+        sent = [0]
+
+        def request() -> Any:
+            sent[0] += 1
+            return self._client.put_object(Bucket=self.bucket, Key=full, Body=data, **conditions)
+
         try:
-            response = self._client.put_object(
-                Bucket=self.bucket, Key=full, Body=data, **conditions
-            )
+            response = self._call("PUT", full, request)
         except ClientError as exc:
-            if conditions and (_code(exc) in _CONFLICT_CODES or _status(exc) in (409, 412)):
-                return None
-            if conditions.get("IfMatch") and (_code(exc) in _MISSING_CODES or _status(exc) == 404):
-                return None
+            refused = _code(exc) in _CONFLICT_CODES or _status(exc) in (409, 412)
+            vanished = _code(exc) in _MISSING_CODES or _status(exc) == 404
+            if (conditions and refused) or (conditions.get("IfMatch") and vanished):
+                # a retried conditional write refused: was the refusal caused by our own
+                # earlier attempt whose answer was lost? Then the key holds our bytes.
+                return self._settle(key, data) if sent[0] > 1 else None
             if _code(exc) == "NoSuchBucket":
                 raise StoreConfigError(
                     f"bucket {self.bucket!r} does not exist; create it or fix STORE_URL"
@@ -211,6 +273,11 @@ class S3Backend:
         except BotoCoreError as exc:
             raise self._fail("PUT", full, exc) from exc
         return str(response["ETag"])
+
+    def _settle(self, key: str, data: bytes) -> str | None:
+        """The version of `key` when it holds exactly `data` (our write landed), else None."""
+        current = self.get(key)
+        return current.version if current is not None and current.data == data else None
 
     def put(self, key: str, data: bytes) -> str:
         version = self._put(key, data)
@@ -228,7 +295,9 @@ class S3Backend:
     def delete(self, key: str) -> None:
         full = self._full(key)
         try:
-            self._client.delete_object(Bucket=self.bucket, Key=full)
+            self._call(
+                "DELETE", full, lambda: self._client.delete_object(Bucket=self.bucket, Key=full)
+            )
         except ClientError as exc:
             if _code(exc) in _MISSING_CODES:
                 return
@@ -272,16 +341,21 @@ class S3Backend:
 
 _CLIENT_LOCK = threading.Lock()
 _PROBE_LOCK = threading.Lock()
-_CLIENTS: dict[tuple[int, str | None, str, S3Credentials | None], Any] = {}
+_CLIENTS: dict[tuple[int, str | None, str, S3Credentials | None, float, float], Any] = {}
 _PROBED: dict[tuple[int, str | None, str, str], bool] = {}
 
 
 def _shared_client(
-    endpoint_url: str | None, region: str, credentials: S3Credentials | None = None
+    endpoint_url: str | None,
+    region: str,
+    credentials: S3Credentials | None,
+    retry: RetryPolicy,
 ) -> Any:
-    """One boto3 client per process, endpoint, region and credentials: clients are thread-safe
-    but expensive to create, and must not cross a fork (the key includes the pid)."""
-    key = (os.getpid(), endpoint_url, region, credentials)
+    """One boto3 client per process, endpoint, region, credentials and timeouts: clients are
+    thread-safe but expensive to create, and must not cross a fork (the key includes the pid).
+    botocore's own retries are off: `RetryPolicy` decides, with a budget the store sets."""
+    timeouts = (retry.connect_timeout_s, retry.read_timeout_s)
+    key = (os.getpid(), endpoint_url, region, credentials, *timeouts)
     with _CLIENT_LOCK:
         client = _CLIENTS.get(key)
         if client is None:
@@ -293,7 +367,9 @@ def _shared_client(
                 aws_secret_access_key=credentials.secret_access_key if credentials else None,
                 aws_session_token=credentials.session_token if credentials else None,
                 config=Config(
-                    retries={"max_attempts": 5, "mode": "standard"},
+                    retries={"total_max_attempts": 1, "mode": "standard"},
+                    connect_timeout=retry.connect_timeout_s,
+                    read_timeout=retry.read_timeout_s,
                     s3={"addressing_style": "path"} if endpoint_url else None,
                 ),
             )
@@ -307,6 +383,7 @@ def _rebuild(
     endpoint_url: str | None,
     region: str | None,
     credentials: S3Credentials | None = None,
+    retry: RetryPolicy | None = None,
 ) -> S3Backend:
     return S3Backend(
         bucket=bucket,
@@ -314,6 +391,7 @@ def _rebuild(
         endpoint_url=endpoint_url,
         region=region,
         credentials=credentials,
+        retry=retry,
     )
 
 

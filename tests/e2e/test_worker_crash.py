@@ -20,7 +20,15 @@ pytestmark = [pytest.mark.services, pytest.mark.spark]
 
 PHASES = {
     "rescale": ["stop", "rescale_commit", "write_control", "relaunch", "await_running"],
-    "rollback": ["check_source", "stop", "tag_abandoned", "move_head", "restart", "await_running"],
+    "rollback": [
+        "check_source",
+        "verify_target",
+        "stop",
+        "tag_abandoned",
+        "move_head",
+        "restart",
+        "await_running",
+    ],
     "fork": ["create_version", "create_branch", "create_job", "start", "await_running"],
 }
 

@@ -2,75 +2,22 @@
 
 from __future__ import annotations
 
-import http.client
-import http.server
-import threading
 from collections.abc import Iterator
-from urllib.parse import urlsplit
 
 import pytest
 
 from snapshots_store import Repository, StoreConfigError, check_repository, open_backend
 from snapshots_store.backends.s3 import S3Backend
+from tests.faults.s3_proxy import faulty_s3
 
 from .helpers import commit_chain, manifest
 
 
-class _HeaderStrippingProxy(http.server.ThreadingHTTPServer):
-    """An S3 "server" that ignores If-Match / If-None-Match: forwards to moto without them."""
-
-    daemon_threads = True
-
-    def __init__(self, upstream: str) -> None:
-        self.upstream = urlsplit(upstream)
-        super().__init__(("127.0.0.1", 0), _ProxyHandler)
-
-
-class _ProxyHandler(http.server.BaseHTTPRequestHandler):
-    server: _HeaderStrippingProxy
-    protocol_version = "HTTP/1.1"  # answers boto3's "Expect: 100-continue" at once
-
-    def _forward(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else None
-        headers = {
-            k: v
-            for k, v in self.headers.items()
-            if k.lower() not in ("if-match", "if-none-match", "expect")
-        }
-        upstream = http.client.HTTPConnection(
-            self.server.upstream.hostname or "127.0.0.1", self.server.upstream.port, timeout=30
-        )
-        upstream.request(self.command, self.path, body=body, headers=headers)
-        response = upstream.getresponse()
-        data = response.read()
-        self.send_response(response.status)
-        for key, value in response.getheaders():
-            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
-                self.send_header(key, value)
-        upstream_length = response.getheader("Content-Length")
-        head = self.command == "HEAD" and upstream_length is not None
-        self.send_header("Content-Length", str(upstream_length) if head else str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-        upstream.close()
-
-    do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _forward
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
 def careless_server(s3_endpoint: str) -> Iterator[str]:
-    proxy = _HeaderStrippingProxy(s3_endpoint)
-    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{proxy.server_address[1]}"
-    finally:
-        proxy.shutdown()
+    """An S3 "server" that ignores If-Match / If-None-Match: forwards to moto without them."""
+    with faulty_s3(s3_endpoint, drop_headers=("if-match", "if-none-match")) as proxy:
+        yield proxy.endpoint
 
 
 def test_server_ignoring_conditional_writes_is_refused_for_refs(

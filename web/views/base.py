@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -10,6 +11,7 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from controlplane import availability
 from controlplane.accounts.roles import user_role
 from controlplane.applications.errors import UnknownApplicationError, UnknownVersionError
 from controlplane.applications.selectors import application_names
@@ -80,8 +82,13 @@ def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpR
 
 def server_error(request: HttpRequest) -> HttpResponse:
     """A 500 (`handler500`): a plain page that needs neither the database nor templates'
-    context, since either may be what failed. The traceback goes to the server's log."""
+    context, since either may be what failed. The traceback goes to the server's log. A
+    dependency that is away (database, store) is a 503 with Retry-After instead."""
     from django.http import HttpResponseServerError
+
+    dependency = availability.unavailable(sys.exc_info()[1])
+    if dependency is not None:
+        return unavailable_response(request, dependency)
 
     if request.path.startswith("/api/"):
         body = {"error": {"code": "server_error", "message": "internal error; see the server log",
@@ -94,7 +101,38 @@ def server_error(request: HttpRequest) -> HttpResponse:
     )
 
 
-def healthz(request: HttpRequest) -> JsonResponse:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
+def unavailable_response(request: HttpRequest, dependency: str) -> HttpResponse:
+    """503 with Retry-After: JSON for the API, the probes and /metrics; a plain page elsewhere."""
+    text = availability.message(dependency)
+    retry = str(availability.RETRY_AFTER_S)
+    if request.path.startswith(("/api/", "/healthz", "/metrics")):
+        body = {"error": {"code": f"{dependency}_unavailable", "message": text, "fields": {},
+                          "detail": {"retry_after_s": availability.RETRY_AFTER_S}}}  # fmt: skip
+        response: HttpResponse = JsonResponse(body, status=503)
+    else:
+        response = HttpResponse(
+            f"<!doctype html><title>Unavailable · Epochal</title><h1>Unavailable</h1><p>{text}</p>",
+            status=503,
+        )
+    response["Retry-After"] = retry
+    return response
+
+
+def healthz(request: HttpRequest) -> HttpResponse:
+    """Readiness under its historical name (``/healthz/ready``)."""
+    return healthz_ready(request)
+
+
+def healthz_live(request: HttpRequest) -> JsonResponse:
+    """Liveness: the process answers requests. Touches no dependency — a database outage must
+    not get every web process restarted."""
+    return JsonResponse({"status": "ok"})
+
+
+def healthz_ready(request: HttpRequest) -> HttpResponse:
+    """Readiness: the database answers too; 503 with Retry-After when it does not."""
+    problem = availability.database_ready()
+    if problem is not None:
+        response = unavailable_response(request, "database")
+        return response
     return JsonResponse({"status": "ok", "database": connection.vendor})

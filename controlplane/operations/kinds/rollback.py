@@ -12,6 +12,7 @@ from typing import Any
 
 from controlplane.errors import InvalidRequest, OperationFailed
 from controlplane.jobs.store import job_repository
+from controlplane.operations import integrity
 from controlplane.operations.commits import derived_commit, tag_snapshot, update_control
 from controlplane.operations.framework import OperationSpec, Phase, PhaseContext, Target
 from controlplane.operations.kinds.common import (
@@ -44,7 +45,11 @@ class RollbackSpec(OperationSpec):
             raise InvalidRequest(
                 f"branch {job.branch!r} has no commits: nothing to roll back", code="empty_branch"
             )
-        sid = resolve_snapshot(repo, rev, field="to")
+        if rev == integrity.NEWEST_INTACT:
+            sid = integrity.newest_intact(repo, job.branch)
+        else:
+            sid = resolve_snapshot(repo, rev, field="to")
+        integrity.require_intact(repo, sid, job.branch)
         if sid == head.target:
             raise InvalidRequest(
                 f"{rev} is the head of {job.branch} already",
@@ -67,6 +72,7 @@ class RollbackSpec(OperationSpec):
     def phases(self, params: Mapping[str, Any]) -> list[Phase]:
         return [
             Phase("check_source", _check_source, cancellable=True),
+            Phase("verify_target", _verify_target, cancellable=True),
             Phase("stop", phase_stop, cancellable=True),
             Phase("tag_abandoned", _tag_abandoned),
             Phase("move_head", _move_head),
@@ -118,6 +124,11 @@ def _tag_abandoned(ctx: PhaseContext) -> None:
     )
     ctx.remember("abandoned_tag", lambda: name)
     ctx.progress(1.0, f"tagged the abandoned head {old[:12]} as {name}")
+
+
+def _verify_target(ctx: PhaseContext) -> None:
+    integrity.verify_before_moving(job_repository(ctx.job), ctx.params["to"], ctx.job.branch)
+    ctx.progress(1.0, f"snapshot {ctx.params['to'][:12]} is intact")
 
 
 def _move_head(ctx: PhaseContext) -> None:

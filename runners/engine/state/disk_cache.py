@@ -49,9 +49,9 @@ def put(entry: KeyGroupState, payload: bytes | None = None) -> None:
     path = path_of(entry.chain)
     if os.path.exists(path):
         return
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         if payload is not None and len(entry.chain) == 1:
             with open(tmp, "wb") as handle:
                 handle.write(payload)
@@ -62,8 +62,9 @@ def put(entry: KeyGroupState, payload: bytes | None = None) -> None:
                 writer.write_table(table)
         os.replace(tmp, path)
         _account(os.path.getsize(path))
-    except OSError:
-        pass
+    except OSError:  # a full disk: no partial file stays behind to fill it further
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 def _account(size: int) -> None:
