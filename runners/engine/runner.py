@@ -33,6 +33,7 @@ from runners.engine.keygroups import (
     key_group_range,
     key_group_ranges,
 )
+from runners.engine.sink_catchup import SinkFollower, chain_sinks
 from runners.engine.sinks import SINKS, EpochOutput, OutputPart, output_of
 from runners.engine.sources import Split, end_offsets
 from runners.engine.tasks import (
@@ -135,6 +136,9 @@ class EpochRunner:
         self._restored_at: int | None = None
         #: whether the head's pending sink commits (a crashed run's) were finished
         self._sinks_finished = not job.sinks
+        #: the sinks that follow the branch head and catch up in order (sink_catchup.py)
+        chain, self._two_phase_sinks = chain_sinks(job.sinks)
+        self.follower = SinkFollower(repo, self.namespace, branch, chain, self.crash)
 
     # -- one epoch ---------------------------------------------------------------------------
 
@@ -160,6 +164,8 @@ class EpochRunner:
         expected, parent_id, parent = self._parent()
         if not self._sinks_finished:
             self._finish_sinks(expected, parent)
+        elif self.follower.behind():  # a destination that was down: catch up, in order
+            self.follower.follow(expected)
         last_epoch = 0 if parent is None else parent.epoch
         stop_after = control.get("stop_after_epoch")
         if isinstance(stop_after, int) and last_epoch >= stop_after:
@@ -279,6 +285,7 @@ class EpochRunner:
             stats["state_read_bytes"] = state_read
         if restore is not None:
             stats.update(restore)
+        stats.update(self.follower.lag_stats())
         for hook in ("backlog", "backlog_records"):  # optional source hooks
             value = _backlog(source, offsets[source.name], hook)
             if value is not None:
@@ -389,7 +396,8 @@ class EpochRunner:
         return output, pending
 
     def _commit_sinks(self, output: EpochOutput, pending: dict[str, Any]) -> None:
-        for sink in self.job.sinks:
+        self.follower.follow(output.snapshot_id)  # never raises for a destination down
+        for sink in self._two_phase_sinks:
             try:
                 sink.commit(output, pending[sink.name]["staged"])
             except Exception as exc:
@@ -403,8 +411,9 @@ class EpochRunner:
         """Before the runner's first epoch: finish the second phase the branch head records
         for each sink, if the destination does not hold that snapshot's epoch yet (a run
         killed between the CAS and the sink's commit, or inside it)."""
+        self.follower.follow(head_id, force=True)
         entries = {} if head is None or head_id is None else head.extra.get(SINKS) or {}
-        for sink in self.job.sinks:
+        for sink in self._two_phase_sinks:
             entry = entries.get(sink.name)
             if not isinstance(entry, dict):
                 continue

@@ -1,0 +1,168 @@
+"""The sink registry: the destinations a version may send its output to, registered by admins.
+
+An operator never gives a URL, a path or credentials: a version's config names registered
+sinks (``"sinks": ["name", …]``) and the job spec carries each one's kind and config to the
+engine, with its credentials' environment variable name only. A sink's config is checked by
+its destination (runners/engine/destinations: the field it names), then against the places
+this deployment allows: a Delta table's directory under EPOCHAL_SINK_ROOTS, a host in
+EPOCHAL_SINK_HOSTS (when set).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from controlplane.applications.models import Sink
+from controlplane.errors import InvalidRequest
+from runners.engine.destinations import KINDS, build
+
+#: the config field each kind takes its credentials' environment variable in
+CREDENTIAL_FIELDS = {"delta": "credentials_env", "postgres": "password_env"}
+
+
+class UnknownSinkError(LookupError):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"no sink named {name!r} is registered; an admin registers one (admin site, "
+            "Sinks); GET /api/sinks/ lists them"
+        )
+
+
+def _resolved(
+    sink_name: str, kind: str, config: Mapping[str, Any], credentials_env: str
+) -> dict[str, Any]:
+    out = dict(config)
+    field = CREDENTIAL_FIELDS.get(kind)
+    if credentials_env and field:
+        out[field] = credentials_env
+    return out
+
+
+def _place_errors(kind: str, config: Mapping[str, Any]) -> list[str]:
+    """Where the config points outside the allowed roots and hosts."""
+    errors = []
+    path = config.get("path")
+    if isinstance(path, str) and "://" not in path.removeprefix("file://"):
+        real = Path(os.path.realpath(path.removeprefix("file://")))
+        roots: Sequence[Path] = settings.EPOCHAL_SINK_ROOTS
+        if not any(real == r or real.is_relative_to(r) for r in roots):
+            allowed = ", ".join(str(r) for r in roots) or "none"
+            errors.append(
+                f"path: {real} is outside the sink roots ({allowed}); an admin adds a root "
+                "with EPOCHAL_SINK_ROOTS"
+            )
+    hosts: Sequence[str] = settings.EPOCHAL_SINK_HOSTS
+    if hosts:
+        named = []
+        if isinstance(config.get("url"), str):
+            named.append(("url", urlsplit(config["url"]).hostname or ""))
+        if isinstance(config.get("bootstrap_servers"), str):
+            for server in config["bootstrap_servers"].split(","):
+                named.append(("bootstrap_servers", server.strip().rpartition(":")[0]))
+        options = config.get("storage_options")
+        if isinstance(options, Mapping) and isinstance(options.get("AWS_ENDPOINT_URL"), str):
+            named.append(("storage_options", urlsplit(options["AWS_ENDPOINT_URL"]).hostname or ""))
+        for field, host in named:
+            if host.lower() not in hosts:
+                errors.append(
+                    f"{field}: host {host!r} is not an allowed sink host ({', '.join(hosts)}); "
+                    "an admin adds it to EPOCHAL_SINK_HOSTS"
+                )
+    return errors
+
+
+def sink_config_errors(
+    name: str, kind: str, config: Any, credentials_env: str = ""
+) -> dict[str, list[str]]:
+    """Field errors of a sink registration (empty when the engine can build it)."""
+    if kind not in KINDS:
+        return {"kind": [f"{kind!r} is not one of {', '.join(sorted(KINDS))}"]}
+    if not isinstance(config, Mapping):
+        return {"config": ["must be a JSON object"]}
+    field = CREDENTIAL_FIELDS.get(kind)
+    if field and field in config:
+        return {"config": [f"{field}: set credentials_env instead (admins name the variable)"]}
+    if credentials_env and not field:
+        return {"credentials_env": [f"a {kind} sink takes its settings from config"]}
+    try:
+        build(name or "sink", kind, _resolved(name, kind, config, credentials_env))
+    except ValueError as exc:
+        return {"config": [str(exc)]}
+    places = _place_errors(kind, config)
+    return {"config": places} if places else {}
+
+
+def sink_get(*, name: str) -> Sink:
+    sink = Sink.objects.filter(name=name).first()
+    if sink is None:
+        raise UnknownSinkError(name)
+    return sink
+
+
+def sink_list() -> list[Sink]:
+    return list(Sink.objects.order_by("name"))
+
+
+def version_sink_errors(names: Any) -> list[str]:
+    """What is wrong with a version config's ``sinks`` (a list of registered sink names)."""
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        return ["sinks must be a list of registered sink names"]
+    if len(set(names)) != len(names):
+        return ["sinks names a sink twice"]
+    known = set(Sink.objects.filter(name__in=names).values_list("name", flat=True))
+    return [str(UnknownSinkError(n)) for n in names if n not in known]
+
+
+def resolved_sinks(names: Sequence[str]) -> list[dict[str, Any]]:
+    """The job spec's sinks: each registered sink's name, kind and config (credentials by
+    variable name); InvalidRequest naming the sink and the field when one cannot be built."""
+    errors = version_sink_errors(list(names))
+    if errors:
+        raise InvalidRequest("; ".join(errors), fields={"sinks": errors}, code="unknown_sink")
+    out = []
+    for name in names:
+        sink = sink_get(name=name)
+        problems = sink_config_errors(sink.name, sink.kind, sink.config, sink.credentials_env)
+        if problems:
+            message = "; ".join(m for ms in problems.values() for m in ms)
+            raise InvalidRequest(
+                f"sink {name!r} cannot be used: {message}; an admin fixes its registration",
+                fields={"sinks": [message]},
+                code="invalid_sink",
+            )
+        config = _resolved(sink.name, sink.kind, sink.config, sink.credentials_env)
+        out.append({"name": sink.name, "kind": sink.kind, "config": config})
+    return out
+
+
+def shared_sink_errors(config: Any, writers: Mapping[str, Sequence[str]]) -> list[str]:
+    """The sinks a new branch's version config names that other branches' jobs already write
+    (`writers`: sink name -> the jobs whose versions name it): two branches never write one
+    destination, so a fork's version names sinks of its own."""
+    names = config.get("sinks", []) if isinstance(config, Mapping) else []
+    return [
+        f"sink {name!r} is written by job {', '.join(writers[name])}; a fork writes where its "
+        "version names, never into its parent's: an admin registers another sink and a "
+        "version naming it"
+        for name in names
+        if isinstance(name, str) and writers.get(name)
+    ]
+
+
+def sink_writers(application: Any) -> dict[str, list[str]]:
+    """Sink name -> the jobs of `application` whose versions name it."""
+    from controlplane.jobs.models import Job
+
+    out: dict[str, list[str]] = {}
+    for job in Job.objects.filter(application=application).select_related("version"):
+        config = job.version.config if isinstance(job.version.config, Mapping) else {}
+        for name in config.get("sinks", []) or []:
+            out.setdefault(str(name), []).append(job.name)
+    return out
