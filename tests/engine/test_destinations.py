@@ -118,7 +118,9 @@ def test_a_fork_never_writes_into_its_parents_destination(
     repo.write_manifest(forked)
     repo.commit(forked, "fork", expected_head=None, reason="test fork")
     fork = EpochRunner(spark, job, repo=repo, branch="fork", parallelism=1)
-    with pytest.raises(SinkRefused, match="sink 'lake': path: .* is written by epochal/sinks/main"):
+    with pytest.raises(
+        SinkRefused, match=r"sink .lake.: path: .* is written by epochal/sinks/main"
+    ):
         fork.run_epoch()
 
 

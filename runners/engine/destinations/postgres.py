@@ -252,7 +252,7 @@ class PostgresSink(ChainSinkBase):
                 f"sink {self.name!r}: table: {self.table} has no column {missing[0]!r} for the "
                 f"job's output (its columns: {', '.join(columns)}); add it, or name another table"
             )
-        return data.column_names
+        return list(data.column_names)
 
     def _copy(self, conn: Any, target: str, data: pa.Table) -> None:
         buffer = io.BytesIO()
