@@ -301,7 +301,7 @@ class PostgresSink(ChainSinkBase):
                 "VALUES (%s, %s, %s, %s)",
                 (self.table, writer, output.epoch, output.snapshot_id or ""),
             )
-            maybe_crash(output.crash, "mid_sink_commit", output.epoch)  # before the COMMIT
+            maybe_crash(output.crash, "in_sink_transaction", output.epoch)  # before COMMIT
 
         self._run(write)
 
