@@ -87,6 +87,9 @@ class ChainEpoch:
     snapshot_id: str
     manifest: Manifest
 
+    def held(self) -> Held:
+        return Held(self.epoch, self.snapshot_id)
+
 
 def chain_epochs(repo: Repository, head_id: str, *, stop_below: int = 0) -> list[ChainEpoch]:
     """The epochs of the first-parent chain from `head_id`, oldest first, each with the
@@ -173,6 +176,7 @@ class SinkFollower:
         for sink in self.sinks:
             state = self.states[sink.name]
             if not force and state.error and time.monotonic() - state.failed_at < RETRY_S:
+                self._note_behind(state, head_id)
                 continue
             try:
                 self._follow(sink, head_id, state)
@@ -183,6 +187,17 @@ class SinkFollower:
                 state.error = str(exc)
                 state.failed_at = time.monotonic()
                 log.warning("sink %s is behind the branch head %s: %s", sink.name, head_id, exc)
+                self._note_behind(state, head_id)
+
+    def _note_behind(self, state: _State, head_id: str) -> None:
+        """The lag of a sink that could not write: the chain's epochs after the last one it
+        was known to hold (all of them when it was never reached)."""
+        held = 0 if state.held is None else state.held.epoch
+        missing = [
+            c for c in chain_epochs(self.repo, head_id, stop_below=held + 1) if c.epoch > held
+        ]
+        state.lag_epochs = len(missing)
+        state.behind_since = missing[0].manifest.created_at if missing else None
 
     def _follow(self, sink: ChainSink, head_id: str, state: _State) -> None:
         writer = self.writer(sink)
@@ -209,6 +224,7 @@ class SinkFollower:
             sink.rewind(writer, start, by_epoch[start].snapshot_id if start else None, replay)
         missing = [c for c in chain if c.epoch > start]
         state.known = True
+        state.held = by_epoch[start].held() if start else None
         state.lag_epochs = len(missing)
         state.behind_since = missing[0].manifest.created_at if missing else None
         for index, entry in enumerate(missing):

@@ -122,6 +122,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _as_server_user(cmd: list[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: then its tools run as the `postgres` user."""
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else cmd
+
+
 @dataclasses.dataclass
 class PrivatePostgres:
     """A PostgreSQL server of the test's own (initdb on a free port), stopped and started by
@@ -131,8 +136,8 @@ class PrivatePostgres:
     port: int
 
     def _ctl(self, *args: str) -> None:
-        subprocess.run(["pg_ctl", "-D", str(self.directory / "data"), "-w", "-s", *args],
-                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        cmd = ["pg_ctl", "-D", str(self.directory / "data"), "-w", "-s", *args]
+        subprocess.run(_as_server_user(cmd), check=True, capture_output=True, timeout=60)
 
     def start(self) -> None:
         options = f"-p {self.port} -k {self.directory} -c listen_addresses=127.0.0.1 -F"
@@ -143,23 +148,27 @@ class PrivatePostgres:
 
     @property
     def url(self) -> str:
-        return f"postgresql://{os.environ.get('USER', 'root')}@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
 
 @pytest.fixture
-def private_postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivatePostgres]:
+def private_postgres() -> Iterator[PrivatePostgres]:
+    import tempfile
+
     from tests.conftest import require_service
 
     require_service("initdb and pg_ctl", shutil.which("initdb") is not None, "install PostgreSQL")
-    directory = tmp_path_factory.mktemp("pg")
-    subprocess.run(["initdb", "-D", str(directory / "data"), "-A", "trust", "-U",
-                    os.environ.get("USER", "root"), "--no-sync"],
-                   check=True, capture_output=True, timeout=120)  # fmt: skip
+    directory = Path(tempfile.mkdtemp(prefix="epochal-pg-"))  # reachable by `postgres`
+    if os.geteuid() == 0:
+        shutil.chown(directory, "postgres", "postgres")
+    cmd = ["initdb", "-D", str(directory / "data"), "-A", "trust", "-U", "postgres", "--no-sync"]
+    subprocess.run(_as_server_user(cmd), check=True, capture_output=True, timeout=120)
     server = PrivatePostgres(directory, _free_port())
     server.start()
     yield server
     with contextlib.suppress(Exception):
         server.stop()
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def unwritable(directory: Path) -> Callable[[], None]:
