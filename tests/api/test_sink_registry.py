@@ -18,7 +18,7 @@ from controlplane.applications.services import version_create
 from controlplane.jobs.services import job_spec
 from controlplane.lineage.services import reindex_application
 from runners.job_spec import JobSpec
-from tests.api.conftest import JOB_REFERENCE, Lineage, commit
+from tests.api.conftest import JOB_REFERENCE, Lineage
 
 pytestmark = pytest.mark.django_db
 
