@@ -166,3 +166,33 @@ def sink_writers(application: Any) -> dict[str, list[str]]:
         for name in config.get("sinks", []) or []:
             out.setdefault(str(name), []).append(job.name)
     return out
+
+
+#: destinations that are logs: what they published stays published (no rollback there)
+LOG_KINDS = frozenset({"kafka", "redis_streams", "rabbitmq_streams"})
+
+
+def log_sinks(config: Any) -> list[str]:
+    """The log sinks (``name (kind)``) a version config names: a rollback cannot take back
+    what they published."""
+    names = config.get("sinks", []) if isinstance(config, Mapping) else []
+    rows = Sink.objects.filter(name__in=[n for n in names if isinstance(n, str)])
+    return sorted(f"{s.name} ({s.kind})" for s in rows if s.kind in LOG_KINDS)
+
+
+def rollback_confirmation(config: Any, params: Mapping[str, Any]) -> dict[str, Any]:
+    """What a rollback records about the version's log sinks (nothing without any); refuses,
+    naming ``confirm_published``, unless the operator confirmed that records they already
+    published stay published."""
+    logs = log_sinks(config)
+    if not logs:
+        return {}
+    if params.get("confirm_published") is not True:
+        message = (
+            f"the job writes to the log sink{'s' if len(logs) > 1 else ''} {', '.join(logs)}: "
+            "records published after the target stay published (a log cannot take them back; "
+            "the Delta and PostgreSQL sinks do go back); pass confirm_published: true"
+        )
+        raise InvalidRequest(message, fields={"confirm_published": [message]},
+                             code="confirm_published")  # fmt: skip
+    return {"confirm_published": True, "published_stay_in": logs}

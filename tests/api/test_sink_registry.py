@@ -154,3 +154,27 @@ def test_the_sink_lag_is_a_job_field_and_a_metric(lineage: Lineage, client_for: 
     assert (
         'epochal_job_sink_lag_seconds{application="clicks",job_name="clicks-main"} 42.5' in metrics
     )
+
+
+def test_rollback_of_a_job_with_a_log_sink_needs_a_confirmation_the_audit_keeps(
+    roots: Path, lineage: Lineage, client_for: Client
+) -> None:
+    from controlplane.audit.models import AuditEntry
+
+    _register("out", "kafka", {"bootstrap_servers": "127.0.0.1:9092", "topic": "clicks-out"})
+    version = version_create(application=lineage.application, job=JOB_REFERENCE,
+                             config={"sinks": ["out"]})  # fmt: skip
+    lineage.job.version = version
+    lineage.job.save()
+    url = f"/api/jobs/{lineage.job.name}/operations/"
+    body: dict[str, Any] = {"kind": "rollback", "params": {"to": lineage.main[2]}}
+    refused = client_for("operator").post(url, body, format="json")
+    assert refused.status_code == 422, refused.content
+    error = refused.json()["error"]
+    assert "out (kafka)" in error["message"] and "confirm_published" in error["fields"]
+    body["params"]["confirm_published"] = True
+    accepted = client_for("operator").post(url, body, format="json")
+    assert accepted.status_code == 202, accepted.content
+    entry = AuditEntry.objects.filter(action="operation.rollback", outcome="requested").get()
+    assert entry.detail["params"]["confirm_published"] is True
+    assert entry.detail["params"]["published_stay_in"] == ["out (kafka)"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from controlplane.applications.sinks import rollback_confirmation
 from controlplane.errors import InvalidRequest, OperationFailed
 from controlplane.jobs.store import job_repository
 from controlplane.operations.commits import derived_commit, tag_snapshot, update_control
@@ -32,7 +33,7 @@ class RollbackSpec(OperationSpec):
     summary = "move the branch back to an earlier snapshot and restart from it"
 
     def clean(self, params: Mapping[str, Any], target: Target) -> dict[str, Any]:
-        reject_unknown(params, {"to", "stop_deadline_s", "start_timeout_s"})
+        reject_unknown(params, {"to", "stop_deadline_s", "start_timeout_s", "confirm_published"})
         job = target.job
         assert job is not None
         rev = str_param(params, "to", required=True)
@@ -58,6 +59,8 @@ class RollbackSpec(OperationSpec):
                 code="not_an_ancestor",
             )
         cleaned: dict[str, Any] = {"to": sid, "rev": rev}
+        # log sinks cannot go back: the operator confirms, the audit (these params) says so
+        cleaned.update(rollback_confirmation(job.version.config, params))
         for name in ("stop_deadline_s", "start_timeout_s"):
             if name in params:
                 cleaned[name] = float_param(params, name, 60)
