@@ -193,6 +193,53 @@ def rollback_confirmation(config: Any, params: Mapping[str, Any]) -> dict[str, A
             "records published after the target stay published (a log cannot take them back; "
             "the Delta and PostgreSQL sinks do go back); pass confirm_published: true"
         )
-        raise InvalidRequest(message, fields={"confirm_published": [message]},
-                             code="confirm_published")  # fmt: skip
+        raise InvalidRequest(
+            message, fields={"confirm_published": [message]}, code="confirm_published"
+        )
     return {"confirm_published": True, "published_stay_in": logs}
+
+
+def sink_register(
+    *,
+    name: str,
+    kind: str,
+    config: Mapping[str, Any],
+    credentials_env: str = "",
+    description: str = "",
+) -> Sink:
+    """Register a sink (admins only; the demo registers its Delta table), or find the same
+    registration made before; InvalidRequest naming the field, Conflict for a name taken by
+    another registration."""
+    from django.core.exceptions import ValidationError
+
+    from controlplane.errors import Conflict
+
+    existing = Sink.objects.filter(name=name).first()
+    if existing is not None:
+        if (existing.kind, existing.config, existing.credentials_env) == (
+            kind,
+            dict(config),
+            credentials_env,
+        ):
+            return existing
+        raise Conflict(
+            f"a sink named {name!r} is registered already",
+            code="sink_exists",
+            fields={"name": ["taken"]},
+        )
+    sink = Sink(
+        name=name,
+        kind=kind,
+        config=dict(config),
+        credentials_env=credentials_env,
+        description=description,
+    )
+    try:
+        sink.full_clean()
+    except ValidationError as exc:
+        raise InvalidRequest(
+            "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items()),
+            fields=exc.message_dict,
+        ) from None
+    sink.save()
+    return sink
