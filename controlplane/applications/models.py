@@ -271,7 +271,7 @@ class Sink(models.Model):
         return self.name
 
     def clean(self) -> None:
-        from controlplane.applications.sinks import sink_config_errors
+        from controlplane.applications.sink_config import sink_config_errors
 
         errors = sink_config_errors(self.name, self.kind, self.config, self.credentials_env)
         if errors:

@@ -10,20 +10,12 @@ EPOCHAL_SINK_HOSTS (when set).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
-
-from django.conf import settings
 
 from controlplane.applications.models import Sink
+from controlplane.applications.sink_config import resolved_config, sink_config_errors
 from controlplane.errors import InvalidRequest
-from runners.engine.destinations import KINDS, build
-
-#: the config field each kind takes its credentials' environment variable in
-CREDENTIAL_FIELDS = {"delta": "credentials_env", "postgres": "password_env"}
 
 
 class UnknownSinkError(LookupError):
@@ -33,70 +25,6 @@ class UnknownSinkError(LookupError):
             f"no sink named {name!r} is registered; an admin registers one (admin site, "
             "Sinks); GET /api/sinks/ lists them"
         )
-
-
-def _resolved(
-    sink_name: str, kind: str, config: Mapping[str, Any], credentials_env: str
-) -> dict[str, Any]:
-    out = dict(config)
-    field = CREDENTIAL_FIELDS.get(kind)
-    if credentials_env and field:
-        out[field] = credentials_env
-    return out
-
-
-def _place_errors(kind: str, config: Mapping[str, Any]) -> list[str]:
-    """Where the config points outside the allowed roots and hosts."""
-    errors = []
-    path = config.get("path")
-    if isinstance(path, str) and "://" not in path.removeprefix("file://"):
-        real = Path(os.path.realpath(path.removeprefix("file://")))
-        roots: Sequence[Path] = settings.EPOCHAL_SINK_ROOTS
-        if not any(real == r or real.is_relative_to(r) for r in roots):
-            allowed = ", ".join(str(r) for r in roots) or "none"
-            errors.append(
-                f"path: {real} is outside the sink roots ({allowed}); an admin adds a root "
-                "with EPOCHAL_SINK_ROOTS"
-            )
-    hosts: Sequence[str] = settings.EPOCHAL_SINK_HOSTS
-    if hosts:
-        named = []
-        if isinstance(config.get("url"), str):
-            named.append(("url", urlsplit(config["url"]).hostname or ""))
-        if isinstance(config.get("bootstrap_servers"), str):
-            for server in config["bootstrap_servers"].split(","):
-                named.append(("bootstrap_servers", server.strip().rpartition(":")[0]))
-        options = config.get("storage_options")
-        if isinstance(options, Mapping) and isinstance(options.get("AWS_ENDPOINT_URL"), str):
-            named.append(("storage_options", urlsplit(options["AWS_ENDPOINT_URL"]).hostname or ""))
-        for field, host in named:
-            if host.lower() not in hosts:
-                errors.append(
-                    f"{field}: host {host!r} is not an allowed sink host ({', '.join(hosts)}); "
-                    "an admin adds it to EPOCHAL_SINK_HOSTS"
-                )
-    return errors
-
-
-def sink_config_errors(
-    name: str, kind: str, config: Any, credentials_env: str = ""
-) -> dict[str, list[str]]:
-    """Field errors of a sink registration (empty when the engine can build it)."""
-    if kind not in KINDS:
-        return {"kind": [f"{kind!r} is not one of {', '.join(sorted(KINDS))}"]}
-    if not isinstance(config, Mapping):
-        return {"config": ["must be a JSON object"]}
-    field = CREDENTIAL_FIELDS.get(kind)
-    if field and field in config:
-        return {"config": [f"{field}: set credentials_env instead (admins name the variable)"]}
-    if credentials_env and not field:
-        return {"credentials_env": [f"a {kind} sink takes its settings from config"]}
-    try:
-        build(name or "sink", kind, _resolved(name, kind, config, credentials_env))
-    except ValueError as exc:
-        return {"config": [str(exc)]}
-    places = _place_errors(kind, config)
-    return {"config": places} if places else {}
 
 
 def sink_get(*, name: str) -> Sink:
@@ -137,7 +65,7 @@ def resolved_sinks(names: Sequence[str]) -> list[dict[str, Any]]:
                 fields={"sinks": [message]},
                 code="invalid_sink",
             )
-        config = _resolved(sink.name, sink.kind, sink.config, sink.credentials_env)
+        config = resolved_config(sink.name, sink.kind, sink.config, sink.credentials_env)
         out.append({"name": sink.name, "kind": sink.kind, "config": config})
     return out
 
