@@ -183,6 +183,7 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
             break
         count += 1
         print(json.dumps({"event": "committed", **asdict(result)}), flush=True)
+    runner.follower.settle()  # the last epoch's sink writes
     print(json.dumps({"event": "stopped", "reason": reason}), flush=True)
     for sink in job.sinks:  # producers with nothing left to commit (optional hook)
         close = getattr(sink, "close", None)

@@ -285,6 +285,7 @@ class EpochRunner:
             stats["state_read_bytes"] = state_read
         if restore is not None:
             stats.update(restore)
+        self.follower.settle()  # the previous epoch's sink writes, before this epoch's CAS
         stats.update(self.follower.lag_stats())
         for hook in ("backlog", "backlog_records"):  # optional source hooks
             value = _backlog(source, offsets[source.name], hook)
@@ -396,7 +397,7 @@ class EpochRunner:
         return output, pending
 
     def _commit_sinks(self, output: EpochOutput, pending: dict[str, Any]) -> None:
-        self.follower.follow(output.snapshot_id)  # never raises for a destination down
+        self.follower.follow_soon(output.snapshot_id)  # overlaps the next epoch's tasks
         for sink in self._two_phase_sinks:
             try:
                 sink.commit(output, pending[sink.name]["staged"])
@@ -608,6 +609,7 @@ class EpochRunner:
                 self.wait(self.poll_interval_s)
                 continue
             break
+        self.follower.settle()  # the sinks hold every epoch committed (or are behind)
         return results
 
     def should_wait(self, *, follow: bool) -> bool:

@@ -23,6 +23,7 @@ application transaction, a PostgreSQL high-water mark in the rows' transaction).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -143,6 +144,8 @@ class SinkFollower:
         self.sinks = list(sinks)
         self.crash = crash
         self.states = {s.name: _State() for s in self.sinks}
+        self._thread: threading.Thread | None = None
+        self._refused: SinkRefused | None = None
 
     def writer(self, sink: ChainSink) -> str:
         return writer_id(self.namespace, self.branch, sink.name)
@@ -150,6 +153,9 @@ class SinkFollower:
     # -- lag -------------------------------------------------------------------------------
 
     def behind(self) -> bool:
+        """Whether a sink lacks epochs of the branch (not counting writes in flight)."""
+        if self._thread is not None and self._thread.is_alive():
+            return False
         return any(s.lag_epochs > 0 or not s.known for s in self.states.values())
 
     def lag_stats(self, now: datetime | None = None) -> dict[str, float]:
@@ -168,9 +174,37 @@ class SinkFollower:
 
     # -- following -------------------------------------------------------------------------
 
+    def follow_soon(self, head_id: str | None) -> None:
+        """`follow(head_id)` in a thread of its own, so the destinations' writes overlap the
+        next epoch's tasks; `settle` waits for it (the runner settles before the next CAS,
+        so a destination is never more than the epoch in flight behind a healthy run)."""
+        self.settle()
+        if not self.sinks or head_id is None:
+            return
+
+        def run() -> None:
+            try:
+                self.follow(head_id)
+            except SinkRefused as exc:
+                self._refused = exc
+
+        self._thread = threading.Thread(target=run, name="epochal-sink-follower", daemon=True)
+        self._thread.start()
+
+    def settle(self) -> None:
+        """Wait for the writes `follow_soon` started; raise a destination's refusal."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        if self._refused is not None:
+            refused, self._refused = self._refused, None
+            raise refused
+
     def follow(self, head_id: str | None, *, force: bool = False) -> None:
         """Bring every sink to `head_id` (the branch head); never raises for a destination
         that fails: it stays behind, retried after RETRY_S (or now, with `force`)."""
+        if threading.current_thread() is not self._thread:
+            self.settle()
         if head_id is None:
             return
         for sink in self.sinks:

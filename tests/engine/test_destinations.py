@@ -148,3 +148,22 @@ def test_bad_config_names_the_sink_and_the_field(
 ) -> None:
     with pytest.raises(ValueError, match=message):
         build("s", kind, config)
+
+
+def test_a_table_that_refuses_the_output_stops_the_job_naming_the_sink_and_field(
+    spark: Any, tmp_path: Path, tables: list[str]
+) -> None:
+    import psycopg
+
+    data = tmp_path / "data"
+    write_epochs(str(data), files=1, keys=10, records=50)
+    table = unique_table("narrow")
+    tables.append(table)
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (key text, _epoch bigint)")
+    rows = build("rows", "postgres", {"url": database_url(), "table": table, "create": False})
+    job = dataclasses.replace(aggregate_job(str(data)), sinks=[rows])
+    repo = Repository.open(f"file://{tmp_path}/store", "narrow")
+    with pytest.raises(SinkRefused, match=f"sink 'rows': table: {table} has no column 'count'"):
+        EpochRunner(spark, job, repo=repo, parallelism=1).run()
+    assert postgres_rows(table).empty  # nothing half-written
