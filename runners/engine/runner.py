@@ -355,6 +355,7 @@ class EpochRunner:
                 f"{self.interrupted}: epoch {plan.epoch} abandoned before its commit"
             )
             return None
+        self.follower.settle()  # the previous epoch's sink writes overlapped these tasks
         maybe_crash(self.crash, "after_chunks", plan.epoch)
         maybe_crash(self.crash, "after_outputs", plan.epoch)
         ordered = sorted(results, key=lambda r: r.task)
@@ -437,7 +438,6 @@ class EpochRunner:
         if executed.restore is not None:
             stats.update(executed.restore)
         stats.update(_backlog(self.job.source, offsets))
-        self.follower.settle()  # the previous epoch's sink writes, before this epoch's CAS
         stats.update(self.follower.lag_stats())
         return stats
 

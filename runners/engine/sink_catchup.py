@@ -176,7 +176,7 @@ class SinkFollower:
 
     def follow_soon(self, head_id: str | None) -> None:
         """`follow(head_id)` in a thread of its own, so the destinations' writes overlap the
-        next epoch's tasks; `settle` waits for it (the runner settles before the next CAS,
+        next epoch's tasks; `settle` waits for it (the runner settles when those tasks end,
         so a destination is never more than the epoch in flight behind a healthy run)."""
         self.settle()
         if not self.sinks or head_id is None:

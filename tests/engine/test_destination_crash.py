@@ -29,6 +29,7 @@ import pytest
 from runners.engine import EpochRunner
 from runners.engine.destinations import build
 from snapshots_store import Repository
+from tests.engine.crash_harness import random_kills as kill_times
 from tests.engine.crash_harness import run_job
 from tests.engine.destination_checks import (
     chain_output,
@@ -55,22 +56,52 @@ def tables() -> Iterator[list[str]]:
 def test_sigkill_around_the_sink_commits_then_restart_equals_failure_free_run(
     spark: Any, tmp_path: Path, tables: list[str]
 ) -> None:
+    # one kill per named point (CAS/commit, inside a destination's commit, inside an epoch)
+    # and a restart at another parallelism: four job processes
+    _scenario(spark, tmp_path, tables, delta_commit_kill=False, random_kills=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [31, 32])
+def test_sigkill_sweep_long(spark: Any, tmp_path: Path, tables: list[str], seed: int) -> None:
+    _scenario(spark, tmp_path, tables, delta_commit_kill=True, random_kills=3, seed=seed)
+
+
+def _scenario(
+    spark: Any,
+    tmp_path: Path,
+    tables: list[str],
+    *,
+    delta_commit_kill: bool,
+    random_kills: int,
+    seed: int = 31,
+) -> None:
     data = tmp_path / "data"
-    write_epochs(str(data), files=6, keys=60, records=400)
+    files = 6 + 2 * random_kills
+    write_epochs(str(data), files=files, keys=60, records=400)
     table, latest = unique_table("crash_rows"), unique_table("crash_latest")
     tables += [table, latest]
     sinks = [
         {"name": "rows", "kind": "postgres", "config": {"url": database_url(), "table": table}},
         {"name": "lake", "kind": "delta", "config": {"path": str(tmp_path / "lake")}},
-        {"name": "latest", "kind": "postgres",
-         "config": {"url": database_url(), "table": latest, "mode": "upsert"}},
-    ]  # fmt: skip
+        {
+            "name": "latest",
+            "kind": "postgres",
+            "config": {"url": database_url(), "table": latest, "mode": "upsert"},
+        },
+    ]
     store = f"file://{tmp_path}/store"
     repo = Repository.open(store, "crash")
 
     def run(**kw: Any) -> Any:
-        return run_job(store=store, namespace="crash", data=str(data), max_epochs=None,
-                       args=["--sinks", json.dumps(sinks)], **kw)  # fmt: skip
+        return run_job(
+            store=store,
+            namespace="crash",
+            data=str(data),
+            max_epochs=None,
+            args=["--sinks", json.dumps(sinks)],
+            **kw,
+        )
 
     def marks(name: str) -> int:
         import psycopg
@@ -95,18 +126,22 @@ def test_sigkill_around_the_sink_commits_then_restart_equals_failure_free_run(
     assert (marks(table), marks(latest), lake_epochs()) == (2, 2, {1, 2})
     # inside Delta's commit of epoch 4: its log entry written, the runner killed before it
     # returned (PostgreSQL's first table holds epoch 4, the second not yet)
-    killed = run(crash_at="mid_sink_commit:4")
-    assert killed.killed and killed.head_epoch == 4, killed.events
-    assert (marks(table), marks(latest), lake_epochs()) == (4, 3, {1, 2, 3, 4})
+    if delta_commit_kill:
+        killed = run(crash_at="mid_sink_commit:4")
+        assert killed.killed and killed.head_epoch == 4, killed.events
+        assert (marks(table), marks(latest), lake_epochs()) == (4, 3, {1, 2, 3, 4})
     # inside an epoch, before its CAS: nothing of epoch 5 reaches a destination
     killed = run(crash_at="after_outputs:5")
     assert killed.killed and killed.interrupted_epoch == 5, killed.events
     assert (marks(table), marks(latest), lake_epochs()) == (4, 4, {1, 2, 3, 4})
+    for n, delay in kill_times(random_kills, seed=seed):  # at random moments inside an epoch
+        killed = run(kill_after_epoch_start=(n, delay), slow_s=0.5)
+        assert killed.killed, killed.events
     final = run(parallelism=3)
-    assert final.returncode == 0 and final.head_epoch == 6, final.events
+    assert final.returncode == 0 and final.head_epoch == files, final.events
 
     expected = chain_output(repo)
-    assert sorted(set(expected["_epoch"])) == [1, 2, 3, 4, 5, 6]
+    assert sorted(set(expected["_epoch"])) == list(range(1, files + 1))
     assert delta_rows(str(tmp_path / "lake")).equals(expected)
     assert postgres_rows(table).equals(expected)
     assert postgres_rows(latest).equals(latest_per_key(expected))
@@ -206,6 +241,7 @@ def test_destinations_down_for_a_while_the_job_commits_and_the_sinks_catch_up(
     repo = Repository.open(f"file://{tmp_path}/store", "outage")
     runner = EpochRunner(spark, job, repo=repo, parallelism=2)
     assert runner.run_epoch() is not None
+    runner.follower.settle()  # epoch 1's writes (they overlap the next epoch's tasks)
     restore = unwritable(tmp_path / "lake" / "_delta_log")
     private_postgres.stop()
     try:
