@@ -259,6 +259,7 @@ def test_destinations_down_for_a_while_the_job_commits_and_the_sinks_catch_up(
     runner.follower.follow(repo.resolve("main"), force=True)  # the retry after the outage
     assert not runner.follower.behind()
     assert runner.run_epoch() is not None  # epoch 5, written after 2, 3 and 4
+    runner.follower.settle()
     assert runner.follower.lag_stats()["sink_lag_epochs"] == 0
     expected = chain_output(repo)
     assert sorted(set(expected["_epoch"])) == [1, 2, 3, 4, 5]
