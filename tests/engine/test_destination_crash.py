@@ -35,7 +35,6 @@ from tests.engine.destination_checks import (
     chain_output,
     database_url,
     delta_rows,
-    drop_table,
     latest_per_key,
     postgres_rows,
     unique_table,
@@ -45,32 +44,24 @@ from tests.engine.jobs import aggregate_job, write_epochs
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
 
-@pytest.fixture
-def tables() -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for table in made:
-        drop_table(table)
-
-
 def test_sigkill_around_the_sink_commits_then_restart_equals_failure_free_run(
-    spark: Any, tmp_path: Path, tables: list[str]
+    spark: Any, tmp_path: Path, sink_tables: list[str]
 ) -> None:
     # one kill per named point (CAS/commit, inside a destination's commit, inside an epoch)
     # and a restart at another parallelism: four job processes
-    _scenario(spark, tmp_path, tables, delta_commit_kill=False, random_kills=0)
+    _scenario(spark, tmp_path, sink_tables, delta_commit_kill=False, random_kills=0)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [31, 32])
-def test_sigkill_sweep_long(spark: Any, tmp_path: Path, tables: list[str], seed: int) -> None:
-    _scenario(spark, tmp_path, tables, delta_commit_kill=True, random_kills=3, seed=seed)
+def test_sigkill_sweep_long(spark: Any, tmp_path: Path, sink_tables: list[str], seed: int) -> None:
+    _scenario(spark, tmp_path, sink_tables, delta_commit_kill=True, random_kills=3, seed=seed)
 
 
 def _scenario(
     spark: Any,
     tmp_path: Path,
-    tables: list[str],
+    sink_tables: list[str],
     *,
     delta_commit_kill: bool,
     random_kills: int,
@@ -80,7 +71,7 @@ def _scenario(
     files = 6 + 2 * random_kills
     write_epochs(str(data), files=files, keys=60, records=400)
     table, latest = unique_table("crash_rows"), unique_table("crash_latest")
-    tables += [table, latest]
+    sink_tables += [table, latest]
     sinks = [
         {"name": "rows", "kind": "postgres", "config": {"url": database_url(), "table": table}},
         {"name": "lake", "kind": "delta", "config": {"path": str(tmp_path / "lake")}},

@@ -5,7 +5,6 @@ rollback makes the destinations go back, a fork refuses its parent's table."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ from tests.engine.destination_checks import (
     chain_output,
     database_url,
     delta_rows,
-    drop_table,
     latest_per_key,
     postgres_rows,
     unique_table,
@@ -29,17 +27,9 @@ from tests.engine.jobs import aggregate_job, write_epochs
 pytestmark = [pytest.mark.spark, pytest.mark.services]
 
 
-@pytest.fixture
-def tables() -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    for table in made:
-        drop_table(table)
-
-
-def _sinks(tmp_path: Path, tables: list[str]) -> list[Any]:
+def _sinks(tmp_path: Path, sink_tables: list[str]) -> list[Any]:
     append, upsert = unique_table("sink_append"), unique_table("sink_upsert")
-    tables += [append, upsert]
+    sink_tables += [append, upsert]
     return [
         build("lake", "delta", {"path": str(tmp_path / "lake"), "partition_by": ["_epoch"]}),
         build("rows", "postgres", {"url": database_url(), "table": append}),
@@ -48,11 +38,11 @@ def _sinks(tmp_path: Path, tables: list[str]) -> list[Any]:
 
 
 def test_delta_and_postgres_hold_the_branch_output_once(
-    spark: Any, tmp_path: Path, tables: list[str]
+    spark: Any, tmp_path: Path, sink_tables: list[str]
 ) -> None:
     data = tmp_path / "data"
     write_epochs(str(data), files=3, keys=40, records=300)
-    lake, rows, latest = _sinks(tmp_path, tables)
+    lake, rows, latest = _sinks(tmp_path, sink_tables)
     job = dataclasses.replace(aggregate_job(str(data)), sinks=[lake, rows, latest])
     repo = Repository.open(f"file://{tmp_path}/store", "sinks")
     results = EpochRunner(spark, job, repo=repo, parallelism=2).run()
@@ -104,11 +94,11 @@ def test_delta_and_postgres_hold_the_branch_output_once(
 
 
 def test_a_fork_never_writes_into_its_parents_destination(
-    spark: Any, tmp_path: Path, tables: list[str]
+    spark: Any, tmp_path: Path, sink_tables: list[str]
 ) -> None:
     data = tmp_path / "data"
     write_epochs(str(data), files=1, keys=10, records=50)
-    lake, rows, _ = _sinks(tmp_path, tables)
+    lake, rows, _ = _sinks(tmp_path, sink_tables)
     job = dataclasses.replace(aggregate_job(str(data)), sinks=[lake, rows])
     repo = Repository.open(f"file://{tmp_path}/store", "sinks")
     EpochRunner(spark, job, repo=repo, parallelism=1).run()
@@ -151,14 +141,14 @@ def test_bad_config_names_the_sink_and_the_field(
 
 
 def test_a_table_that_refuses_the_output_stops_the_job_naming_the_sink_and_field(
-    spark: Any, tmp_path: Path, tables: list[str]
+    spark: Any, tmp_path: Path, sink_tables: list[str]
 ) -> None:
     import psycopg
 
     data = tmp_path / "data"
     write_epochs(str(data), files=1, keys=10, records=50)
     table = unique_table("narrow")
-    tables.append(table)
+    sink_tables.append(table)
     with psycopg.connect(database_url(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table} (key text, _epoch bigint)")
     rows = build("rows", "postgres", {"url": database_url(), "table": table, "create": False})
