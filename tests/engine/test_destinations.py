@@ -5,14 +5,17 @@ rollback makes the destinations go back, a fork refuses its parent's table."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from runners.engine import EpochRunner
 from runners.engine.destinations import build
 from runners.engine.sink_catchup import SinkRefused
+from runners.engine.sinks import EpochOutput, OutputPart
 from snapshots_store import Repository
 from tests.engine.destination_checks import (
     chain_output,
@@ -157,3 +160,31 @@ def test_a_table_that_refuses_the_output_stops_the_job_naming_the_sink_and_field
     with pytest.raises(SinkRefused, match=f"sink 'rows': table: {table} has no column 'count'"):
         EpochRunner(spark, job, repo=repo, parallelism=1).run()
     assert postgres_rows(table).empty  # nothing half-written
+
+
+class _Rows(EpochOutput):
+    """An epoch's output given as a table (the destination's side alone, no Spark job)."""
+
+    def tables(self, part: OutputPart) -> Iterator[pa.Table]:
+        yield self.repo  # type: ignore[misc]
+
+
+def _epoch(epoch: int, table: pa.Table) -> EpochOutput:
+    part = OutputPart(0, 127, ())
+    return _Rows(table, "ns", "main", epoch, ("key",), (part,), f"s{epoch}")  # type: ignore[arg-type]
+
+
+def test_a_delta_table_refuses_a_schema_it_lacks_unless_it_evolves(tmp_path: Path) -> None:
+    first = pa.table({"key": ["a"], "n": [1]})
+    wider = pa.table({"key": ["b"], "n": [2], "extra": ["x"]})
+    strict = build("lake", "delta", {"path": str(tmp_path / "strict")})
+    strict.write("w", _epoch(1, first))
+    with pytest.raises(SinkRefused, match=r"sink .lake.: schema_evolution: .* refuses epoch 2"):
+        strict.write("w", _epoch(2, wider))
+    assert strict.held("w").epoch == 1  # nothing of epoch 2
+    merging = build("lake", "delta", {"path": str(tmp_path / "merge"), "schema_evolution": "merge"})
+    merging.write("w", _epoch(1, first))
+    merging.write("w", _epoch(2, wider))
+    merging.write("w", _epoch(2, wider))  # a retry: held already
+    rows = delta_rows(merging.path)
+    assert list(rows["key"]) == ["a", "b"] and list(rows["extra"].fillna("-")) == ["-", "x"]

@@ -199,7 +199,9 @@ class DeltaSink(ChainSinkBase):
                 commit_properties=self._commit_properties(writer, output.epoch, output.snapshot_id),
             )
         except Exception as exc:
-            if "schema" in str(exc).lower() and "Generic" not in type(exc).__name__:
+            from deltalake.exceptions import SchemaMismatchError
+
+            if isinstance(exc, SchemaMismatchError) or str(exc).startswith("Cast error"):
                 raise SinkRefused(
                     f"sink {self.name!r}: schema_evolution: the Delta table at {self.path} "
                     f"refuses epoch {output.epoch}'s schema ({exc}); set schema_evolution to "
