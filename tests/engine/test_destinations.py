@@ -162,16 +162,21 @@ def test_a_table_that_refuses_the_output_stops_the_job_naming_the_sink_and_field
     assert postgres_rows(table).empty  # nothing half-written
 
 
+@dataclasses.dataclass(frozen=True)
 class _Rows(EpochOutput):
     """An epoch's output given as a table (the destination's side alone, no Spark job)."""
 
+    rows: pa.Table | None = None
+
     def tables(self, part: OutputPart) -> Iterator[pa.Table]:
-        yield self.repo  # type: ignore[misc]
+        assert self.rows is not None
+        yield self.rows
 
 
 def _epoch(epoch: int, table: pa.Table) -> EpochOutput:
     part = OutputPart(0, 127, ())
-    return _Rows(table, "ns", "main", epoch, ("key",), (part,), f"s{epoch}")  # type: ignore[arg-type]
+    repo = Repository.open("file:///nonexistent-unused", "ns")
+    return _Rows(repo, "ns", "main", epoch, ("key",), (part,), f"s{epoch}", rows=table)
 
 
 def test_a_delta_table_refuses_a_schema_it_lacks_unless_it_evolves(tmp_path: Path) -> None:
