@@ -128,19 +128,25 @@ def store_url() -> str:
     return local_store_url(env("STORE_URL", ""), root=BASE_DIR, default=VAR_DIR / "store")
 
 
-def store_roots() -> tuple[Path, ...]:
+def store_roots(variable: str = "EPOCHAL_STORE_ROOTS") -> tuple[Path, ...]:
     """Directories a registered `file://` store must live under (EPOCHAL_STORE_ROOTS, separated
-    by ':'; default the var directory)."""
-    raw = env("EPOCHAL_STORE_ROOTS", str(VAR_DIR))
+    by ':'; default the var directory); EPOCHAL_SINK_ROOTS: the same for the directories of
+    registered sinks (Delta tables)."""
+    raw = env(variable, str(VAR_DIR))
     roots = []
     for part in raw.split(os.pathsep):
         if not part.strip():
             continue
         path = Path(part.strip())
         if not path.is_absolute():
-            raise ValueError(f"EPOCHAL_STORE_ROOTS: {part!r} is not an absolute directory")
+            raise ValueError(f"{variable}: {part!r} is not an absolute directory")
         roots.append(path.resolve())
     return tuple(roots)
+
+
+def sink_hosts() -> tuple[str, ...]:
+    """Hosts a registered sink may name (EPOCHAL_SINK_HOSTS, comma-separated; empty: any)."""
+    return tuple(h.strip().lower() for h in env("EPOCHAL_SINK_HOSTS", "").split(",") if h.strip())
 
 
 def runner() -> str:

@@ -254,6 +254,9 @@ EPOCHAL_UNWATCHED_AFTER_S = float(config.env("EPOCHAL_UNWATCHED_AFTER_S", "30"))
 EPOCHAL_GC_RETENTION_DAYS = float(config.env("EPOCHAL_GC_RETENTION_DAYS", "7"))
 EPOCHAL_STORE_URL = config.store_url()
 EPOCHAL_STORE_ROOTS = config.store_roots()
+# Where registered sinks may write: directories (Delta tables) and hosts (docs/sinks.md).
+EPOCHAL_SINK_ROOTS = config.store_roots("EPOCHAL_SINK_ROOTS")
+EPOCHAL_SINK_HOSTS = config.sink_hosts()
 EPOCHAL_RUNNER = config.runner()
 EPOCHAL_SPARK_MASTER = config.spark_master()
 

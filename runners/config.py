@@ -199,3 +199,9 @@ __all__ = [
     "update_environment",
     "use",
 ]
+
+
+def secret(name: str) -> str | None:
+    """The value of the environment variable an admin named for a credential (a sink's
+    ``password_env`` or ``credentials_env``), read when it is used, never kept here."""
+    return os.environ.get(name) or None

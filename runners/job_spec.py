@@ -146,6 +146,9 @@ class JobSpec:
     #: (`<prefix>_AWS_ACCESS_KEY_ID`, ...); a local launcher hands them to the job as `AWS_*`
     store_credentials_env: str | None = None
     spark_conf: Mapping[str, str] = field(default_factory=dict)
+    #: the registered sinks the version names, resolved: ``{"name", "kind", "config"}`` each
+    #: (credentials only by environment variable name)
+    sinks: tuple[Mapping[str, Any], ...] = ()
     run_id: str = field(default_factory=new_run_id)
 
     def __post_init__(self) -> None:
@@ -193,6 +196,11 @@ class JobSpec:
         except (TypeError, ValueError) as exc:
             raise JobSpecError(f"job_args must be plain JSON: {exc}") from None
         object.__setattr__(self, "job_args", dict(self.job_args))
+        if not isinstance(self.sinks, list | tuple) or not all(
+            isinstance(d, Mapping) and set(d) == {"name", "kind", "config"} for d in self.sinks
+        ):
+            raise JobSpecError("sinks must be a list of {name, kind, config} objects")
+        object.__setattr__(self, "sinks", tuple(dict(d) for d in self.sinks))
         object.__setattr__(self, "node_selector", dict(self.node_selector))
         object.__setattr__(self, "spark_conf", dict(self.spark_conf))
         object.__setattr__(self, "tolerations", tuple(self.tolerations))
@@ -218,6 +226,8 @@ class JobSpec:
             args.append("--follow")
         if self.job_args:
             args += ["--job-args", json.dumps(dict(self.job_args), sort_keys=True)]
+        if self.sinks:
+            args += ["--sinks", json.dumps(list(self.sinks), sort_keys=True)]
         return args
 
     def to_dict(self) -> dict[str, Any]:
@@ -225,6 +235,7 @@ class JobSpec:
         data = asdict(self)
         data["tolerations"] = [asdict(t) for t in self.tolerations]
         data["image_pull_secrets"] = list(self.image_pull_secrets)
+        data["sinks"] = [dict(d) for d in self.sinks]
         return data
 
     @classmethod

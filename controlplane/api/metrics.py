@@ -221,6 +221,18 @@ class DatabaseCollector(Collector):
             "downstream job.",
             labels=["upstream", "downstream", "source"],
         )
+        sink_lag = GaugeMetricFamily(
+            "epochal_job_sink_lag_epochs",
+            "Epochs of the job's branch its sinks' destinations had not written at its head "
+            "commit (a destination down: the job goes on, the sink catches up in order).",
+            labels=[JOB_LABEL, "application"],
+        )
+        sink_lag_s = GaugeMetricFamily(
+            "epochal_job_sink_lag_seconds",
+            "Seconds since the oldest epoch a sink's destination lacked was committed, at the "
+            "job's head commit.",
+            labels=[JOB_LABEL, "application"],
+        )
         by_location = {(apps[j[2]][1], j[3]): j for j in jobs if j[2] in apps}
         for _id, name, app_id, branch, _state, _p in jobs:
             head = heads.get((app_id, branch))
@@ -246,8 +258,14 @@ class DatabaseCollector(Collector):
             records = _number(stats, "backlog_records")
             if records is not None:
                 lag_records.add_metric([name, app], records)
+            behind = _number(stats, "sink_lag_epochs")
+            if behind is not None:
+                sink_lag.add_metric([name, app], behind)
+                sink_lag_s.add_metric([name, app], _number(stats, "sink_lag_s") or 0.0)
         yield lag_epochs
         yield lag_records
+        yield sink_lag
+        yield sink_lag_s
         yield edge_lag
 
     def _operations(self) -> Iterator[Metric]:

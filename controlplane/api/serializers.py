@@ -9,7 +9,7 @@ from typing import Any
 
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema_field
+from drf_spectacular.utils import extend_schema_field, inline_serializer
 from rest_framework import serializers
 
 from controlplane.accounts.models import TOKEN_STATES
@@ -470,6 +470,16 @@ class OperationRequestSerializer(StrictSerializer):
     reason = serializers.CharField(required=False, default="", allow_blank=True, max_length=2000)
 
 
+def sink_lag(head: Any) -> dict[str, float] | None:
+    """The job's sink lag at its head commit: epochs of the branch its sinks' destinations
+    lacked, and seconds since the oldest of them was committed (None: no such sink)."""
+    stats = getattr(head, "stats", None) or {}
+    epochs, seconds = stats.get("sink_lag_epochs"), stats.get("sink_lag_s")
+    if not isinstance(epochs, int | float):
+        return None
+    return {"epochs": int(epochs), "seconds": float(seconds or 0.0)}
+
+
 class JobDetailSerializer(JobSerializer):
     """A job with its newest run, its active operation and its branch head (from the index);
     the view passes those three in the context."""
@@ -477,6 +487,20 @@ class JobDetailSerializer(JobSerializer):
     current_run = serializers.SerializerMethodField()
     active_operation = serializers.SerializerMethodField()
     head = serializers.SerializerMethodField()
+    sink_lag = serializers.SerializerMethodField(
+        help_text="Epochs (and seconds) of the branch the job's sinks had not written at its "
+        "head commit; null: the job has no sink that catches up."
+    )
+
+    @extend_schema_field(
+        inline_serializer(
+            "SinkLag",
+            {"epochs": serializers.IntegerField(), "seconds": serializers.FloatField()},
+            allow_null=True,
+        )
+    )
+    def get_sink_lag(self, obj: Any) -> Any:
+        return sink_lag(self.context.get("head"))
 
     @extend_schema_field(RunSerializer(allow_null=True))
     def get_current_run(self, obj: Any) -> Any:
@@ -541,6 +565,7 @@ def job_detail_representation(job: Any, context: Mapping[str, Any]) -> dict[str,
         "head": None
         if head is None
         else snapshot_summaries([head], snapshot_url_prefix(request, context["application"]))[0],
+        "sink_lag": sink_lag(head),
     }
 
 

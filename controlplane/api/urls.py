@@ -43,6 +43,7 @@ urlpatterns = [
     ),
     path("entry-points/", registry.EntryPointListView.as_view(), name="entry-point-list"),
     path("stores/", registry.StoreListView.as_view(), name="store-list"),
+    path("sinks/", registry.SinkListView.as_view(), name="sink-list"),
     # lineage
     path("applications/<str:name>/branches/", lineage.BranchListView.as_view(), name="branch-list"),
     path("applications/<str:name>/tags/", lineage.TagListView.as_view(), name="tag-list"),

@@ -3,7 +3,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 
-from controlplane.applications.models import Application, ApplicationVersion, Store
+from controlplane.applications.models import Application, ApplicationVersion, Sink, Store
 from controlplane.jobs.services import version_config_errors
 from runners import entry_points
 
@@ -15,6 +15,16 @@ class StoreAdmin(admin.ModelAdmin):
 
     list_display = ["name", "shown_url", "credentials_env", "credentials_secret", "created_at"]
     search_fields = ["name", "url"]
+    readonly_fields = ["created_at"]
+
+
+@admin.register(Sink)
+class SinkAdmin(admin.ModelAdmin):
+    """The sink registry: the only destinations versions may name (config checked by the
+    destination and against EPOCHAL_SINK_ROOTS / EPOCHAL_SINK_HOSTS in the model's clean)."""
+
+    list_display = ["name", "kind", "credentials_env", "created_at"]
+    search_fields = ["name", "kind"]
     readonly_fields = ["created_at"]
 
 

@@ -235,3 +235,44 @@ class ApplicationVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.application.name} v{self.number}"
+
+
+class Sink(models.Model):
+    """A destination an admin registered: the only places a version may send its output.
+
+    `kind` is one of the engine's destinations (runners/engine/destinations: delta, postgres,
+    kafka, …); `config` its settings (a Delta table's ``path`` under EPOCHAL_SINK_ROOTS, a
+    PostgreSQL ``url`` and ``table``, …), checked by the destination itself and against the
+    allowed roots and hosts (`controlplane.applications.sinks`). Credentials are never kept
+    here, only the environment variable they come from (`credentials_env`).
+    """
+
+    name = models.CharField(
+        max_length=100, unique=True, validators=[WholeRegexValidator(NAME_PATTERN)]
+    )
+    kind = models.CharField(max_length=50)
+    config = models.JSONField(default=dict, blank=True)
+    credentials_env = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        validators=[WholeRegexValidator(ENV_NAME_PATTERN, "an environment variable name")],
+        help_text="Environment variable the sink's credentials come from (PostgreSQL: the "
+        "password; Delta on S3: the prefix of <PREFIX>_AWS_ACCESS_KEY_ID and "
+        "<PREFIX>_AWS_SECRET_ACCESS_KEY); never the secret.",
+    )
+    description = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def clean(self) -> None:
+        from controlplane.applications.sink_config import sink_config_errors
+
+        errors = sink_config_errors(self.name, self.kind, self.config, self.credentials_env)
+        if errors:
+            raise ValidationError(errors)

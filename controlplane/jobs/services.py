@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from controlplane.applications.models import Application, ApplicationVersion
+from controlplane.applications.sinks import resolved_sinks, version_sink_errors
 from controlplane.applications.stores import store_credentials
 from controlplane.errors import Conflict, InvalidRequest, Unprocessable
 from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase, Watch
@@ -54,6 +55,7 @@ SPEC_CONFIG_KEYS = frozenset(
         "store_credentials_secret",
         "spark_conf",
         "max_epochs",
+        "sinks",
     }
 )
 
@@ -76,7 +78,8 @@ def version_config_errors(config: Mapping[str, Any]) -> dict[str, list[str]]:
         _spec_fields(config)
     except (JobSpecError, TypeError, ValueError) as exc:
         return {"config": [str(exc)]}
-    return {}
+    sinks = version_sink_errors(config.get("sinks", []))
+    return {"config": sinks} if sinks else {}
 
 
 def _spec_fields(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -113,6 +116,8 @@ def job_spec(job: Job, *, run_id: str, parallelism: int | None = None) -> JobSpe
             fields={"job": [unusable]},
         )
     fields = _spec_fields(version.config)
+    if version.config.get("sinks"):  # refuses to launch, naming the sink, when one is bad
+        fields["sinks"] = tuple(resolved_sinks(version.config["sinks"]))
     if job.spark_conf:
         fields["spark_conf"] = {**fields.get("spark_conf", {}), **job.spark_conf}
     store = job.application.store

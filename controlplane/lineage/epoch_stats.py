@@ -34,6 +34,10 @@ class EpochPoint:
     bytes_written: int
     changed_state_bytes: int
     process_s: float | None
+    #: epochs of the branch a sink's destination lacked when the commit was made (and the
+    #: seconds since the oldest of them was committed); None: the job has no such sink
+    sink_lag_epochs: int | None = None
+    sink_lag_s: float | None = None
 
     @property
     def commit_latency_ms(self) -> float | None:
@@ -63,6 +67,7 @@ def _int(stats: dict[str, int | float], name: str) -> int:
 def _point(s: SnapshotSummary, committed_at: datetime | None) -> EpochPoint:
     stats = s.stats
     process = stats.get("process_s")
+    lag, lag_s = stats.get("sink_lag_epochs"), stats.get("sink_lag_s")
     return EpochPoint(
         snapshot_id=s.snapshot_id,
         epoch=s.epoch,
@@ -77,6 +82,8 @@ def _point(s: SnapshotSummary, committed_at: datetime | None) -> EpochPoint:
         bytes_written=_int(stats, "bytes_written"),
         changed_state_bytes=_int(stats, "changed_state_bytes"),
         process_s=float(process) if isinstance(process, int | float) else None,
+        sink_lag_epochs=int(lag) if isinstance(lag, int | float) else None,
+        sink_lag_s=float(lag_s) if isinstance(lag_s, int | float) else None,
     )
 
 

@@ -94,6 +94,11 @@ PARAMS: Final[Mapping[str, dict[str, Any]]] = {
             "to": {**_REVISION, "description": "An earlier snapshot of the branch (id, tag, …)."},
             "stop_deadline_s": _STOP_DEADLINE,
             "start_timeout_s": _START_TIMEOUT,
+            "confirm_published": {
+                **_flag(),
+                "description": "Required (true) when the job writes to a log sink (Kafka, "
+                "Redis Streams, RabbitMQ Streams): what it published stays published.",
+            },
         },
         required=("to",),
     ),

@@ -19,9 +19,10 @@ POINTS = (
     "after_cas",
     "mid_notify",
 )
-#: points of a job with sinks (sinks.py): after the sinks staged the epoch, and after a sink
-#: committed the first part of it (the Kafka crash tests use them)
-SINK_POINTS = ("after_prepare", "mid_sink_commit")
+#: points of a job with sinks (sinks.py): after the sinks staged the epoch, after a sink
+#: committed the first part of it (the Kafka crash tests use them), and inside a destination's
+#: own transaction before its COMMIT (PostgreSQL)
+SINK_POINTS = ("after_prepare", "mid_sink_commit", "in_sink_transaction")
 ENV = config.CRASH_AT_ENV
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import signal
 import sys
@@ -65,6 +66,26 @@ def load_job(name: str, job_args: Mapping[str, Any] | None = None) -> Job:
     return job
 
 
+def with_sinks(job: Job, raw: str) -> Job:
+    """`job` also writing to the registered sinks `raw` (the job spec's JSON list of
+    ``{"name", "kind", "config"}``) names; SystemExit naming the sink and the field."""
+    from runners.engine.destinations import build
+
+    try:
+        docs = json.loads(raw)
+    except ValueError as exc:
+        raise SystemExit(f"--sinks is not JSON: {exc}") from None
+    if not isinstance(docs, list) or not all(isinstance(d, dict) for d in docs):
+        raise SystemExit("--sinks must be a JSON list of {name, kind, config} objects")
+    if not docs:
+        return job
+    try:
+        built = [build(str(d.get("name")), str(d.get("kind")), d.get("config") or {}) for d in docs]
+    except ValueError as exc:
+        raise SystemExit(f"--sinks: {exc}") from None
+    return dataclasses.replace(job, sinks=[*job.sinks, *built])
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m runners.engine.main")
     parser.add_argument(
@@ -72,6 +93,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--job-args", default="{}", help="JSON object of keyword arguments for a job factory"
+    )
+    parser.add_argument(
+        "--sinks",
+        default="[]",
+        help="JSON list of registered sinks ({name, kind, config}) the job also writes to",
     )
     parser.add_argument("--store", required=True, help="store URL, e.g. file://var/store")
     parser.add_argument("--namespace", required=True)
@@ -124,7 +150,7 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
         parser.error(f"--job-args is not JSON: {exc}")
     if not isinstance(job_args, dict):
         parser.error("--job-args must be a JSON object")
-    job = load_job(args.job, job_args)
+    job = with_sinks(load_job(args.job, job_args), args.sinks)
     repo = Repository.open(args.store, args.namespace)
     loaded = time.perf_counter()
     spark = build_spark_session(master=args.master, app_name=f"epochal-{job.name}")

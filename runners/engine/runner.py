@@ -34,6 +34,7 @@ from runners.engine.keygroups import (
     key_group_range,
     key_group_ranges,
 )
+from runners.engine.sink_catchup import SinkFollower, chain_sinks
 from runners.engine.sinks import SINKS, EpochOutput, OutputPart, StartsEpochs, output_of
 from runners.engine.sources import (
     AdvancesOffsets,
@@ -206,6 +207,9 @@ class EpochRunner:
         self._restored_at: int | None = None
         #: whether the head's pending sink commits (a crashed run's) were finished
         self._sinks_finished = not job.sinks
+        #: the sinks that follow the branch head and catch up in order (sink_catchup.py)
+        chain, self._two_phase_sinks = chain_sinks(job.sinks)
+        self.follower = SinkFollower(repo, self.namespace, branch, chain, self.crash)
 
     # -- one epoch, in five stages: gate -> plan -> execute -> manifest -> commit ---------------
     #
@@ -245,6 +249,8 @@ class EpochRunner:
         expected, parent_id, parent = self._parent()
         if not self._sinks_finished:
             self._finish_sinks(expected, parent)
+        elif self.follower.behind():  # a destination that was down: catch up, in order
+            self.follower.follow(expected)
         last_epoch = 0 if parent is None else parent.epoch
         stop_after = control.get("stop_after_epoch")
         if isinstance(stop_after, int) and last_epoch >= stop_after:
@@ -350,6 +356,7 @@ class EpochRunner:
                 f"{self.interrupted}: epoch {plan.epoch} abandoned before its commit"
             )
             return None
+        self.follower.settle()  # the previous epoch's sink writes overlapped these tasks
         maybe_crash(self.crash, "after_chunks", plan.epoch)
         maybe_crash(self.crash, "after_outputs", plan.epoch)
         ordered = sorted(results, key=lambda r: r.task)
@@ -432,6 +439,7 @@ class EpochRunner:
         if executed.restore is not None:
             stats.update(executed.restore)
         stats.update(_backlog(self.job.source, offsets))
+        stats.update(self.follower.lag_stats())
         return stats
 
     def _extra(
@@ -537,7 +545,8 @@ class EpochRunner:
         return output, pending
 
     def _commit_sinks(self, output: EpochOutput, pending: dict[str, Any]) -> None:
-        for sink in self.job.sinks:
+        self.follower.follow_soon(output.snapshot_id)  # overlaps the next epoch's tasks
+        for sink in self._two_phase_sinks:
             try:
                 sink.commit(output, pending[sink.name]["staged"])
             except Exception as exc:
@@ -552,7 +561,8 @@ class EpochRunner:
         for each sink, if the destination does not hold that snapshot's epoch yet (a run
         killed between the CAS and the sink's commit, or inside it)."""
         entries = {} if head is None or head_id is None else head.extra.get(SINKS) or {}
-        for sink in self.job.sinks:
+        self.follower.follow(head_id, force=True)
+        for sink in self._two_phase_sinks:
             entry = entries.get(sink.name)
             if not isinstance(entry, dict):
                 continue
@@ -763,8 +773,10 @@ class EpochRunner:
             if self.should_wait(follow=follow):
                 self.wait(self.poll_interval_s)
                 continue
+            self.follower.settle()  # the last epoch's sink writes
             emit({"event": "stopped", "reason": self.stopped_reason or "stopped"})
             return results
+        self.follower.settle()
         emit({"event": "stopped", "reason": f"max epochs {max_epochs}"})
         return results
 

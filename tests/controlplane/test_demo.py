@@ -47,6 +47,15 @@ def test_demo_commits_epochs_indexes_them_and_resumes_from_the_head(tmp_path: Pa
     second = _demo(tmp_path, "--input-batches", "1", "--records", "500")
     assert "epoch    3" in second.stdout  # resumed from the head, not from scratch
     assert "(3 indexed)" in second.stdout
+    # the job's registered Delta sink holds every epoch of the branch once
+    from snapshots_store import Repository
+    from tests.engine.destination_checks import chain_output, delta_rows
+
+    assert "output: Delta table" in first.stdout and "deltalake.DeltaTable(" in first.stdout
+    repo = Repository.open(f"file://{tmp_path / 'store'}", "clickstream")
+    lake = delta_rows(str(tmp_path / "demo" / "clickstream-lake"))
+    assert not lake.empty  # the sessions the first epochs closed (an epoch may close none)
+    assert lake.equals(chain_output(repo))
     assert not list((tmp_path / "runs").glob("*/pid")) or _no_live_runs(tmp_path)
 
 

@@ -146,6 +146,7 @@ def test_the_readme_path(tmp_path: Path) -> None:
         assert first.proc.wait(timeout=900) == 0, first.output
         first._reader.join(timeout=10)
         assert "the job has consumed all 600 input records" in first.output, first.output
+        assert "output: Delta table " in first.output and "deltalake.DeltaTable(" in first.output
         no_process_left(first)
     finally:
         first.kill_everything()
@@ -188,6 +189,13 @@ def test_the_readme_path(tmp_path: Path) -> None:
     repo = Repository.open(f"file://{var_dir / 'store'}", APPLICATION)
     first_parents = [s for s, _ in repo.log(stopped_at, first_parent=True)]
     assert rolled_back in first_parents and sid in first_parents
+    # the demo's Delta table holds the branch's first-parent chain: the rollback took back
+    # the abandoned epochs, the epochs after it are there once
+    from tests.engine.destination_checks import chain_output, delta_rows
+
+    expected = chain_output(repo)
+    if not expected.empty:  # no table before the first epoch that closed a session
+        assert delta_rows(str(var_dir / "demo" / "clickstream-lake")).equals(expected)
 
     # restart: resumes from the branch head at p=3, prints only new epochs
     again = Demo(var_dir, "--input-batches", "1", "--records", "300", "--feed-every", "3")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,3 +25,15 @@ def epochs_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 @pytest.fixture
 def repo(tmp_path: Path) -> Repository:
     return Repository.open(f"file://{tmp_path}/store", f"app{next(_counter)}")
+
+
+@pytest.fixture
+def sink_tables() -> Iterator[list[str]]:
+    """PostgreSQL tables a sink test creates (append their names): dropped after it, with
+    their sink marks."""
+    from tests.engine.destination_checks import drop_table
+
+    made: list[str] = []
+    yield made
+    for table in made:
+        drop_table(table)

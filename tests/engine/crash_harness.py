@@ -138,11 +138,13 @@ def run_job(
     after_epoch_start: tuple[int, float, Callable[[], object]] | None = None,
     max_epochs: int | None = None,
     after_second_epoch_start: tuple[int, float, Callable[[], object]] | None = None,
+    args: list[str] | None = None,
 ) -> Run:
     """One job process. `kill_after_epoch_start=(n, delay)` SIGKILLs its process group `delay`
     seconds after it announces the start of its n-th epoch; `kill_worker_after_epoch_start`
     SIGKILLs one Python worker instead; `after_epoch_start=(n, delay, action)` calls `action`
     then (e.g. kills an executor of a cluster). `slow_s`: extra seconds per split read.
+    `args`: further arguments of the entry point (e.g. ``--sinks``).
     `master` defaults to `local[min(parallelism, 2)]`."""
     env = {**os.environ, DATA_ENV: data, "PYTHONPATH": SUBPROCESS_PYTHONPATH,
            "SPARK_LOCAL_IP": "127.0.0.1", **(extra_env or {})}  # fmt: skip
@@ -159,6 +161,7 @@ def run_job(
     ]  # fmt: skip
     if max_epochs is not None:
         cmd += ["--max-epochs", str(max_epochs)]
+    cmd += args or []
     proc = subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         start_new_session=True,

@@ -1,5 +1,5 @@
 """What admins registered and operators pick from: code (entry points of installed packages)
-and places (stores)."""
+and places (stores, sinks)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.base import ApiView
+from controlplane.applications.sinks import sink_list
 from controlplane.applications.stores import store_list
 from runners import entry_points
 
@@ -89,6 +90,50 @@ class StoreListView(ApiView):
                         "applications": [a.name for a in s.applications.order_by("name")],
                     }
                     for s in store_list()
+                ]
+            }
+        )
+
+
+class SinkListView(ApiView):
+    @extend_schema(
+        tags=["applications"],
+        summary="Registered sinks (the only destinations a version may name); admins register them",
+        responses={
+            200: inline_serializer(
+                "Sinks",
+                {
+                    "results": inline_serializer(
+                        "Sink",
+                        {
+                            "name": serializers.CharField(help_text="What versions name."),
+                            "kind": serializers.CharField(help_text="delta, postgres, kafka, …"),
+                            "config": serializers.DictField(
+                                help_text="The destination's settings (never credentials)."
+                            ),
+                            "credentials_env": serializers.CharField(
+                                help_text="Environment variable name (never the secret)."
+                            ),
+                            "description": serializers.CharField(),
+                        },
+                        many=True,
+                    )
+                },
+            )
+        },
+    )
+    def get(self, request: Request) -> Response:
+        return Response(
+            {
+                "results": [
+                    {
+                        "name": s.name,
+                        "kind": s.kind,
+                        "config": s.config,
+                        "credentials_env": s.credentials_env,
+                        "description": s.description,
+                    }
+                    for s in sink_list()
                 ]
             }
         )

@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 
 from controlplane.accounts.roles import ADMIN, has_role
 from controlplane.applications.models import NAME_PATTERN, Application, ApplicationVersion
+from controlplane.applications.sinks import shared_sink_errors, sink_writers
 from controlplane.errors import Conflict, Forbidden, InvalidRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_create, version_config_errors
@@ -101,6 +102,10 @@ class ForkSpec(OperationSpec):
             cleaned["version_id"] = None
         else:
             cleaned["version_id"] = _runnable(application, base).pk
+        config = cleaned["new_version"]["config"] if new_version else base.config if base else {}
+        shared = shared_sink_errors(config, sink_writers(application))
+        if shared:
+            raise InvalidRequest("; ".join(shared), fields={"version": shared}, code="sink_taken")
         _refuse_taken(application, branch, job_name)
         repo = application_repository(application)
         rev = str_param(params, "snapshot", required=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from controlplane.applications.sinks import rollback_confirmation
 from controlplane.errors import InvalidRequest, OperationFailed
 from controlplane.jobs.store import job_repository
 from controlplane.operations import integrity
@@ -64,6 +65,8 @@ class RollbackSpec(OperationSpec):
                 code="not_an_ancestor",
             )
         cleaned: dict[str, Any] = {"to": sid, "rev": rev}
+        # log sinks cannot go back: the operator confirms, the audit (these params) says so
+        cleaned.update(rollback_confirmation(job.version.config, params))
         for name in ("stop_deadline_s", "start_timeout_s"):
             if name in params:
                 cleaned[name] = float_param(params, name, default_of(self.kind, name))

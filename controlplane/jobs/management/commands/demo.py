@@ -48,6 +48,7 @@ APPLICATION = "clickstream"
 STREAM = "epochal-demo-clicks"
 KAFKA_PARTITIONS = 2
 JOB = "clickstream-main"
+LAKE = "clickstream-lake"  # the demo's registered Delta sink
 BRANCH = "main"
 DEMO_USER = "admin"
 DEMO_PASSWORD = "epochal-demo"  # a local-only login: the demo's server binds 127.0.0.1
@@ -143,6 +144,7 @@ class Command(BaseCommand):
         )
         existing = self._files()
         self._generate(existing + options["input_batches"])
+        self._register_lake()
         call_command(
             "register",
             APPLICATION,
@@ -150,6 +152,8 @@ class Command(BaseCommand):
             "clickstream",
             "--job-args",
             json.dumps(job_args),
+            "--config",
+            json.dumps({"sinks": [LAKE]}),
             "--job-name",
             JOB,
             "--parallelism",
@@ -172,6 +176,25 @@ class Command(BaseCommand):
             pass  # a signal (see _on_signal): stop the jobs and the workers below
         finally:
             self._shutdown(workers)
+
+    def _register_lake(self) -> Path:
+        """The demo's sink: a Delta table under var/ the job writes every epoch to (docs/sinks.md);
+        printed with a one-line way to read it."""
+        from controlplane.applications.sinks import sink_register
+
+        path = Path(settings.VAR_DIR) / "demo" / "clickstream-lake"
+        sink_register(
+            name=LAKE,
+            kind="delta",
+            config={"path": str(path)},
+            description="the demo's Delta table",
+        )
+        self.stdout.write(f"output: Delta table {path} (sink {LAKE}); read it with")
+        self.stdout.write(
+            f'        .venv/bin/python -c "import deltalake; '
+            f"print(deltalake.DeltaTable('{path}').to_pandas())\""
+        )
+        return path
 
     # -- signals -----------------------------------------------------------------------------
 
@@ -220,8 +243,9 @@ class Command(BaseCommand):
             from runners.engine import kafka_client
 
             kafka_client.create_topic(self.kafka, self.stream, KAFKA_PARTITIONS)
-            return lambda rows: kafka_client.publish(self.kafka, self.stream, rows,
-                                                     key_field="user")  # fmt: skip
+            return lambda rows: kafka_client.publish(
+                self.kafka, self.stream, rows, key_field="user"
+            )
         from runners.engine.rabbitmq_stream import create_stream, publish
 
         create_stream(self.stream_url, self.stream)
