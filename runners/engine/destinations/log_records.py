@@ -1,0 +1,102 @@
+"""What the two log destinations (Redis Streams, RabbitMQ Streams) share: record ids derived
+from the epoch, the generation that keeps them increasing after a rollback, the encoding of an
+epoch's rows, and the refusal to unpublish.
+
+A record's *position* is ``slot * SLOT + index``: `index` counts the epoch's rows over its
+parts in their stored order (the parts the pending record names, so a restart at another
+parallelism numbers them the same way), and ``slot = generation + epoch``. Redis uses the
+position as the entry id ``<position // 10**6>-<position % 10**6>``, RabbitMQ as the
+publishing id of a named producer; both refuse a record at or below the last one they hold, so
+repeating an epoch's commit adds only what is missing.
+
+The *generation* is 0 until a rollback: the branch then starts again at an epoch whose ids the
+log already holds (published records stay published), and the epoch's prepare moves the
+generation up so that its ids start after the log's last record. It is kept in the sink's
+pending record in the snapshot, so a restart publishes under the same ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from runners.engine.sinks import SINKS, EpochOutput
+
+#: positions per slot (an epoch of one generation)
+SLOT = 10**12
+
+
+class CannotUnpublishError(RuntimeError):
+    """A log cannot take back records it published: a rollback must be confirmed by an
+    operator who accepts that the records of the abandoned epochs stay in the log."""
+
+
+def identity(namespace: str, branch: str) -> str:
+    """The branch identity a destination records: who writes it."""
+    return f"{namespace}/{branch}"
+
+
+def position(generation: int, epoch: int, index: int) -> int:
+    return (generation + epoch) * SLOT + index
+
+
+def generation(epoch: int, parent: int, top: int) -> int:
+    """The generation for `epoch`: the parent snapshot's (`parent`), moved up when the log's
+    last record (`top`, a position; 0 for none) is at or past the epoch's first id."""
+    return max(parent, top // SLOT - epoch + 1, 0)
+
+
+def parent_generation(output: EpochOutput, sink: str) -> int:
+    """The generation the branch head's pending record of `sink` used (0 for none)."""
+    head = output.repo.read_ref(f"heads/{output.branch}")
+    if head is None:
+        return 0
+    entry = (output.repo.read_manifest(head.target).extra.get(SINKS) or {}).get(sink)
+    staged = entry.get("staged") if isinstance(entry, dict) else None
+    return int(staged.get("generation", 0)) if isinstance(staged, dict) else 0
+
+
+def stage(
+    output: EpochOutput, sink: str, stream: str, top: int
+) -> tuple[list[bytes], dict[str, Any]]:
+    """The epoch's encoded rows and the pending record of a log sink: the stream, the writer,
+    the generation (from the log's last position `top`) and the record count."""
+    rows = encoded_rows(output)
+    gen = generation(output.epoch, parent_generation(output, sink), top)
+    record = {"stream": stream, "identity": identity(output.namespace, output.branch),
+              "generation": gen, "records": len(rows)}  # fmt: skip
+    return rows, record
+
+
+def encoded_rows(output: EpochOutput) -> list[bytes]:
+    """The epoch's rows as JSON objects, over its parts in order (bytes, decimals as text)."""
+    return [orjson.dumps(row, default=str) for row in _rows(output)]
+
+
+def _rows(output: EpochOutput) -> Iterator[dict[str, Any]]:
+    for part in output.parts:
+        for table in output.tables(part):
+            yield from table.to_pylist()
+
+
+def refuse_unpublish(kind: str, name: str, target: int) -> CannotUnpublishError:
+    return CannotUnpublishError(
+        f"sink {name!r} ({kind}) cannot unpublish: the records of the epochs after {target} "
+        "stay in the log, where readers may have consumed them; confirm the rollback to keep "
+        "them there (the branch's next epochs are published after them, under new ids)"
+    )
+
+
+__all__ = [
+    "SLOT",
+    "CannotUnpublishError",
+    "encoded_rows",
+    "generation",
+    "identity",
+    "parent_generation",
+    "position",
+    "refuse_unpublish",
+    "stage",
+]
