@@ -176,8 +176,9 @@ class RabbitMQStreamsSink:
                 batch: list[Any] = []
                 size = 0
                 while index < len(rows) and len(batch) < self.batch_size and size < FRAME_BYTES:
-                    batch.append(AMQPMessage(body=rows[index], publishing_id=first + index,
-                                             application_properties=properties))  # fmt: skip
+                    message = AMQPMessage(body=rows[index], application_properties=properties)
+                    message.publishing_id = first + index  # (AMQPMessage's keyword is broken)
+                    batch.append(message)
                     size += len(rows[index])
                     index += 1
                 waiting.update(range(first + index - len(batch), first + index))
