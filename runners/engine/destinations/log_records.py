@@ -62,11 +62,11 @@ def stage(
     output: EpochOutput, sink: str, stream: str, top: int
 ) -> tuple[list[bytes], dict[str, Any]]:
     """The epoch's encoded rows and the pending record of a log sink: the stream, the writer,
-    the generation (from the log's last position `top`) and the record count."""
+    the epoch, the generation (from the log's last position `top`) and the record count."""
     rows = encoded_rows(output)
     gen = generation(output.epoch, parent_generation(output, sink), top)
     record = {"stream": stream, "identity": identity(output.namespace, output.branch),
-              "generation": gen, "records": len(rows)}  # fmt: skip
+              "epoch": output.epoch, "generation": gen, "records": len(rows)}  # fmt: skip
     return rows, record
 
 

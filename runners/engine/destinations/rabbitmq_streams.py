@@ -258,10 +258,20 @@ class RabbitMQStreamsSink:
                                 output.crash))  # fmt: skip
 
     def committed(self, pending: Mapping[str, Any]) -> Held | None:
-        if self.top(str(pending["identity"])) == 0:
+        """The epoch of the stream's last message, if the stream holds all of it: a commit
+        killed midway left a prefix of `pending`'s epoch, which counts as the epoch before
+        (its snapshot unknown here: "")."""
+        top = self.top(str(pending["identity"]))
+        if top == 0:
             return None
         last = self._run(self._last())
-        return None if last is None else Held(*last)
+        if last is None:
+            return None
+        epoch, count = int(pending["epoch"]), int(pending.get("records", 0))
+        whole = position(int(pending["generation"]), epoch, count - 1)
+        if last[0] == epoch and top < whole:
+            return Held(epoch - 1, "") if epoch > 1 else None
+        return Held(*last)
 
     def rollback_to(self, epoch: int, *, namespace: str = "", branch: str = "") -> None:
         """A log cannot unpublish: always `CannotUnpublishError` (the core asks the operator
