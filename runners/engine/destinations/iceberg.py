@@ -315,6 +315,14 @@ class IcebergSink:
             txn.update_snapshot(snapshot_properties=marker).fast_append().commit()
         txn.commit_transaction()
 
+    def published(self) -> dict[int, list[dict[str, Any]]]:
+        """The table's rows per epoch (``_epoch``), all of them (a check reads the table)."""
+        table = self.load()
+        epochs: dict[int, list[dict[str, Any]]] = {}
+        for row in [] if table is None else table.scan().to_arrow().to_pylist():
+            epochs.setdefault(int(row.pop(EPOCH_COLUMN)), []).append(row)
+        return epochs
+
     def close(self) -> None:
         self._staged.clear()
         if self._catalog is not None:

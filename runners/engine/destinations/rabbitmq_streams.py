@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -108,9 +110,18 @@ class RabbitMQStreamsSink:
             max_retries=3,
         )  # fmt: skip
 
-    def _run(self, work: Any) -> Any:
+    def _consumer(self) -> Any:
+        from rstream import Consumer
+
+        e = Endpoint.parse(self.url)
+        return Consumer(
+            e.host, e.port, username=e.username, password=e.password, vhost=e.vhost,
+            connection_name="epochal-sink", load_balancer_mode=self.load_balancer,
+        )  # fmt: skip
+
+    def _run(self, work: Any, timeout: float | None = TIMEOUT_S) -> Any:
         try:
-            return asyncio.run(asyncio.wait_for(work, TIMEOUT_S))
+            return asyncio.run(asyncio.wait_for(work, timeout))
         except (RabbitMQSinkError, ValueError):
             raise
         except Exception as exc:
@@ -195,13 +206,9 @@ class RabbitMQStreamsSink:
 
     async def _last(self) -> tuple[int, str] | None:
         """(epoch, snapshot) from the properties of the stream's last message."""
-        from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, amqp_decoder
+        from rstream import ConsumerOffsetSpecification, OffsetType
 
-        e = Endpoint.parse(self.url)
-        consumer = Consumer(
-            e.host, e.port, username=e.username, password=e.password, vhost=e.vhost,
-            connection_name="epochal-sink", load_balancer_mode=self.load_balancer,
-        )  # fmt: skip
+        consumer = self._consumer()
         seen: dict[int, Any] = {}
         got = asyncio.Event()
 
@@ -223,8 +230,7 @@ class RabbitMQStreamsSink:
                 await consumer.close()
         if not seen:
             return None
-        props = amqp_decoder(bytes(seen[max(seen)])).application_properties or {}
-        props = {(k.decode() if isinstance(k, bytes) else k): v for k, v in props.items()}
+        props = _text_keys(amqp_decoder(bytes(seen[max(seen)])).application_properties)
         epoch, snapshot = props.get(EPOCH_PROPERTY), props.get(SNAPSHOT_PROPERTY)
         if epoch is None or snapshot is None:
             return None
@@ -278,8 +284,55 @@ class RabbitMQStreamsSink:
         to confirm; the next epochs are then published after the abandoned ones)."""
         raise refuse_unpublish(KIND, self.name, epoch)
 
+    def published(self, idle_s: float = 1.5) -> dict[int, list[dict[str, Any]]]:
+        """The stream's rows per epoch (property ``epochal-epoch``), every message of it
+        (read from the first offset until none came for `idle_s` seconds)."""
+        epochs: dict[int, list[dict[str, Any]]] = {}
+        for _, raw in sorted(self._run(self._read_all(idle_s), timeout=None).items()):
+            message = amqp_decoder(raw)
+            props = _text_keys(message.application_properties)
+            body = message.body
+            if isinstance(body, list):
+                body = b"".join(bytes(b) for b in body)
+            epoch = props[EPOCH_PROPERTY]
+            epoch = epoch.decode() if isinstance(epoch, bytes) else epoch
+            epochs.setdefault(int(epoch), []).append(json.loads(bytes(body)))
+        return epochs
+
+    async def _read_all(self, idle_s: float) -> dict[int, bytes]:
+        from rstream import ConsumerOffsetSpecification, OffsetType
+
+        got: dict[int, bytes] = {}
+        last = [time.monotonic()]
+
+        def on_message(message: Any, context: Any) -> None:
+            got[context.offset] = bytes(message)
+            last[0] = time.monotonic()
+
+        consumer = self._consumer()
+        try:
+            await consumer.start()
+            spec = ConsumerOffsetSpecification(OffsetType.FIRST, None)
+            await consumer.subscribe(self.stream, on_message, offset_specification=spec)
+            while time.monotonic() - last[0] < idle_s:
+                await asyncio.sleep(0.1)
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.close()
+        return got
+
     def close(self) -> None:
         self._prepared.clear()
+
+
+def _text_keys(properties: Mapping[Any, Any] | None) -> dict[str, Any]:
+    return {(k.decode() if isinstance(k, bytes) else k): v for k, v in (properties or {}).items()}
+
+
+def amqp_decoder(raw: bytes) -> Any:
+    from rstream import amqp_decoder as decode
+
+    return decode(raw)
 
 
 __all__ = ["RabbitMQStreamsSink"]

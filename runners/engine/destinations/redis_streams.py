@@ -208,6 +208,19 @@ class RedisStreamsSink:
         to confirm; the next epochs are then published after the abandoned ones)."""
         raise refuse_unpublish(KIND, self.name, epoch)
 
+    def published(self) -> dict[int, list[dict[str, Any]]]:
+        """The stream's rows per epoch (the entries' ``epoch`` field), every entry of it."""
+        epochs: dict[int, list[dict[str, Any]]] = {}
+        cursor, page_size = "-", 10_000
+        while True:
+            page = self.redis().xrange(self.stream, cursor, "+", count=page_size)
+            for _, fields in page:
+                row = json.loads(fields[self.payload_field.encode()])
+                epochs.setdefault(int(fields[b"epoch"]), []).append(row)
+            if len(page) < page_size:
+                return epochs
+            cursor = "(" + page[-1][0].decode()
+
     def close(self) -> None:
         self._prepared.clear()
         if self._client is not None:

@@ -3,7 +3,6 @@ of each destination per epoch, a TCP proxy a test cuts, and a Redis server of a 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import json
@@ -13,15 +12,11 @@ import socket
 import subprocess
 import threading
 import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from runners.engine import Job
 from runners.engine.destinations import build
-from runners.engine.destinations.iceberg import EPOCH_COLUMN, IcebergSink
-from runners.engine.destinations.rabbitmq_streams import EPOCH_PROPERTY, RabbitMQStreamsSink
-from runners.engine.destinations.redis_streams import RedisStreamsSink
 from tests.engine.jobs import stream_job
 
 #: JSON list of {"name", "kind", "config"}: the sinks of `destinations_job`, in commit order
@@ -44,73 +39,8 @@ def _row_text(row: dict[str, Any]) -> str:
 def contents(sink: Any) -> dict[int, list[str]]:
     """A destination's rows per epoch, each as sorted JSON text (the form of
     `output_by_epoch`), every record the destination holds counted."""
-    epochs: dict[int, list[str]] = defaultdict(list)
-    if isinstance(sink, IcebergSink):
-        table = sink.load()
-        if table is None:
-            return {}
-        for row in table.scan().to_arrow().to_pylist():
-            epochs[int(row.pop(EPOCH_COLUMN))].append(_row_text(row))
-    elif isinstance(sink, RedisStreamsSink):
-        r = sink.redis()
-        cursor = "-"
-        while True:
-            page = r.xrange(sink.stream, cursor, "+", count=10_000)
-            for _, fields in page:
-                fields = {k.decode(): v for k, v in fields.items()}
-                row = json.loads(fields[sink.payload_field])
-                epochs[int(fields["epoch"])].append(_row_text(row))
-            if len(page) < 10_000:
-                break
-            cursor = "(" + page[-1][0].decode()
-    elif isinstance(sink, RabbitMQStreamsSink):
-        for properties, body in rabbitmq_messages(sink):
-            epochs[int(properties[EPOCH_PROPERTY])].append(_row_text(json.loads(body)))
-    else:
-        raise TypeError(sink)
-    return {e: sorted(rows) for e, rows in epochs.items()}
-
-
-def rabbitmq_messages(sink: RabbitMQStreamsSink, idle_s: float = 1.5) -> list[tuple[dict, bytes]]:
-    """(application properties, body) of every message of the sink's stream, in order."""
-    from rstream import Consumer, ConsumerOffsetSpecification, OffsetType, amqp_decoder
-
-    from runners.engine.rabbitmq_stream import Endpoint
-
-    async def read() -> list[tuple[int, bytes]]:
-        e = Endpoint.parse(sink.url)
-        consumer = Consumer(e.host, e.port, username=e.username, password=e.password,
-                            vhost=e.vhost, load_balancer_mode=sink.load_balancer)  # fmt: skip
-        got: dict[int, bytes] = {}
-        last = [time.monotonic()]
-
-        def on_message(message: Any, context: Any) -> None:
-            got[context.offset] = bytes(message)
-            last[0] = time.monotonic()
-
-        await consumer.start()
-        try:
-            await consumer.subscribe(sink.stream, on_message,
-                                     offset_specification=ConsumerOffsetSpecification(
-                                         OffsetType.FIRST, None))  # fmt: skip
-            while time.monotonic() - last[0] < idle_s:
-                await asyncio.sleep(0.1)
-        finally:
-            with contextlib.suppress(Exception):
-                await consumer.close()
-        return sorted(got.items())
-
-    out = []
-    for _, raw in asyncio.run(read()):
-        message = amqp_decoder(raw)
-        props = {(k.decode() if isinstance(k, bytes) else k):
-                 (v.decode() if isinstance(v, bytes) else v)
-                 for k, v in (message.application_properties or {}).items()}  # fmt: skip
-        body = message.body
-        if isinstance(body, list):
-            body = b"".join(bytes(b) for b in body)
-        out.append((props, bytes(body)))
-    return out
+    return {e: sorted(json.dumps(r, sort_keys=True) for r in rows)
+            for e, rows in sink.published().items()}  # fmt: skip
 
 
 def free_port() -> int:

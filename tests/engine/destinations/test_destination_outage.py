@@ -57,13 +57,11 @@ def test_destinations_down_then_back_finish_the_epoch_and_go_on(
         ),
     }
     direct = specs(tmp_path, catalog_uri, private_redis.url, rabbitmq_stream_url)
-    made = [
-        {**s, "config": {**s["config"], **extra}}
-        for s, extra in zip(direct, (
-            {"catalog_uri": via["iceberg"]}, {},
-            {"url": via["rabbitmq"], "load_balancer": True},
-        ), strict=True)
+    through: list[dict[str, Any]] = [
+        {"catalog_uri": via["iceberg"]}, {}, {"url": via["rabbitmq"], "load_balancer": True},
     ]  # fmt: skip
+    made = [{**s, "config": {**s["config"], **extra}}
+            for s, extra in zip(direct, through, strict=True)]  # fmt: skip
     create_stream(rabbitmq_stream_url, direct[2]["config"]["stream"])
     repo = Repository.open(f"file://{tmp_path}/store", "outage")
 

@@ -71,11 +71,11 @@ def test_rollback_takes_the_table_back_and_logs_publish_the_new_line_after_the_o
     # a downstream job reading each stream gets every published record once
     rows = sum(len(r) for r in published.values())
     schema = {"key": "string", "count": "int64"}
-    for name, log, source in (
+    for name, log, stream in (
         ("redis", redis_sink, RedisStreamSource(redis_sink.url, [redis_sink.stream], schema)),
         ("rabbitmq", rabbit, RabbitMQStreamSource(rabbit.url, [rabbit.stream], schema)),
     ):
-        downstream = Job(name=f"downstream-{name}", source=source, key="key",
+        downstream = Job(name=f"downstream-{name}", source=stream, key="key",
                          aggregate=[agg.count()])  # fmt: skip
         down = Repository.open(f"file://{tmp_path}/downstream", name)
         results = EpochRunner(spark, downstream, repo=down).run()
