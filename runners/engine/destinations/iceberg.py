@@ -73,6 +73,8 @@ class IcebergSink:
         default_factory=dict, init=False, repr=False, compare=False
     )
     _catalog: Any = field(default=None, init=False, repr=False, compare=False)
+    #: the table as this process last committed it (the catalog's CAS refuses a stale one)
+    _table: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.catalog_uri.startswith(("postgresql", "sqlite:")):
@@ -101,10 +103,11 @@ class IcebergSink:
         return cls(name=name, **fields)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("_staged", "_catalog")}
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("_staged", "_catalog", "_table")}  # fmt: skip
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _staged={}, _catalog=None)
+        self.__dict__.update(state, _staged={}, _catalog=None, _table=None)
 
     def _describe(self) -> str:
         return f"sink {self.name!r}: Iceberg table {self.table!r}"
@@ -144,7 +147,11 @@ class IcebergSink:
                     "create_table is false: create it, or set create_table"
                 ) from None
             catalog.create_namespace_if_not_exists(self.table.rpartition(".")[0])
-            return catalog.create_table_if_not_exists(self.table, schema=schema)
+            # no retries inside pyiceberg's commit: a conflict comes back here, and the
+            # sink looks whether the epoch landed before it appends again
+            return catalog.create_table_if_not_exists(
+                self.table, schema=schema, properties={"commit.retry.num-retries": "0"}
+            )
         except Exception as exc:
             self._catalog = None  # a new engine next time
             raise IcebergSinkError(
@@ -215,7 +222,7 @@ class IcebergSink:
         if rows is None:
             return record
         try:
-            table = self.load(rows.schema)
+            table = self._table or self.load(rows.schema)
         except IcebergSinkError as exc:  # down: the commit writes the files when it is back
             log.warning("%s; the epoch's files are written at its commit", exc)
             return record
@@ -231,9 +238,11 @@ class IcebergSink:
             raise ValueError("commit needs the snapshot that committed the epoch")
         writer = str(pending["identity"])
         staged = self._staged.pop((output.namespace, output.branch, output.epoch), None)
-        for _attempt in range(COMMIT_ATTEMPTS):
+        for attempt in range(COMMIT_ATTEMPTS):
             rows = None if staged is not None or pending["files"] else self._rows(output)
-            table = self.load(None if rows is None else rows.schema)
+            table = (self._table if attempt == 0 else None) or self.load(
+                None if rows is None else rows.schema
+            )
             if table is None:
                 return  # no table and nothing to write: an empty epoch before the first rows
             held, _ = self.held(table, writer)
@@ -251,12 +260,13 @@ class IcebergSink:
             maybe_crash(output.crash, "mid_sink_commit", output.epoch)
             summary = {IDENTITY: writer, EPOCH: str(output.epoch), SNAPSHOT: output.snapshot_id}
             try:
-                self._append(table, staged, summary)
+                self._table = self._append(table, staged, summary)
                 return
             except CommitFailedException as exc:  # another commit came first: look again
                 log.info("%s: commit of epoch %d retried: %s", self._describe(), output.epoch, exc)
+                self._table = None
             except Exception as exc:
-                self._catalog = None
+                self._catalog = self._table = None
                 raise IcebergSinkError(
                     f"{self._describe()}: committing epoch {output.epoch} failed: {exc}; the "
                     "snapshot is committed and a retry finishes the epoch's publication"
@@ -266,12 +276,13 @@ class IcebergSink:
         )
 
     @staticmethod
-    def _append(table: Any, files: list[Any], summary: dict[str, str]) -> None:
+    def _append(table: Any, files: list[Any], summary: dict[str, str]) -> Any:
+        """One append snapshot of `files` with `summary`; the table after it."""
         txn = table.transaction()
         with txn.update_snapshot(snapshot_properties=summary).fast_append() as append:
             for data_file in files:
                 append.append_data_file(data_file)
-        txn.commit_transaction()
+        return txn.commit_transaction()
 
     def committed(self, pending: Mapping[str, Any]) -> Held | None:
         table = self.load()
@@ -314,6 +325,7 @@ class IcebergSink:
         else:
             txn.update_snapshot(snapshot_properties=marker).fast_append().commit()
         txn.commit_transaction()
+        self._table = None
 
     def published(self) -> dict[int, list[dict[str, Any]]]:
         """The table's rows per epoch (``_epoch``), all of them (a check reads the table)."""
@@ -325,6 +337,7 @@ class IcebergSink:
 
     def close(self) -> None:
         self._staged.clear()
+        self._table = None
         if self._catalog is not None:
             self._catalog.engine.dispose()
             self._catalog = None
