@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Self
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -48,4 +48,18 @@ def check_positive(kind: str, name: str, field: str, value: int, limit: int) -> 
         )
 
 
-__all__ = ["check_fields", "check_positive"]
+class FromConfig:
+    """`from_config` for a destination class: its `KIND`, `REQUIRED` and `OPTIONAL` fields
+    checked (`check_fields`), then the class's own checks of the values (``__post_init__``)."""
+
+    KIND: ClassVar[str]
+    REQUIRED: ClassVar[Mapping[str, type | tuple[type, ...]]]
+    OPTIONAL: ClassVar[Mapping[str, type | tuple[type, ...]]]
+
+    @classmethod
+    def from_config(cls, name: str, config: Mapping[str, Any]) -> Self:
+        fields = check_fields(cls.KIND, name, config, cls.REQUIRED, cls.OPTIONAL)
+        return cls(**{**fields, "name": name})
+
+
+__all__ = ["FromConfig", "check_fields", "check_positive"]

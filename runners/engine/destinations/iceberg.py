@@ -31,13 +31,13 @@ import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import pyarrow as pa
 
 from runners.engine.crash import maybe_crash
-from runners.engine.destinations.fields import check_fields
+from runners.engine.destinations.fields import FromConfig
 from runners.engine.destinations.log_records import identity
 from runners.engine.sinks import EpochOutput, Held
 
@@ -56,12 +56,16 @@ class IcebergSinkError(RuntimeError):
 
 
 @dataclass
-class IcebergSink:
+class IcebergSink(FromConfig):
     """Writes each epoch's output rows to the Iceberg table `table` (``namespace.name``) of
     the SQL catalog at `catalog_uri` (a SQLAlchemy URL: ``postgresql+psycopg://…`` or
     ``sqlite:////path/catalog.db``), data files under `warehouse` (a path or ``file://``/
     ``s3://`` URL). `create_table`: create the table (and namespace) from the first epoch's
     output schema when it does not exist."""
+
+    KIND: ClassVar[str] = KIND
+    REQUIRED: ClassVar[dict[str, type]] = {"catalog_uri": str, "warehouse": str, "table": str}
+    OPTIONAL: ClassVar[dict[str, type]] = {"catalog_name": str, "create_table": bool}
 
     catalog_uri: str
     warehouse: str
@@ -93,14 +97,6 @@ class IcebergSink:
                 f"sink {self.name!r} ({KIND}): field 'table' must be <namespace>.<name> "
                 f"(letters, digits, '_'), not {self.table!r}"
             )
-
-    @classmethod
-    def from_config(cls, name: str, config: Mapping[str, Any]) -> Self:
-        fields = check_fields(
-            KIND, name, config, {"catalog_uri": str, "warehouse": str, "table": str},
-            {"catalog_name": str, "create_table": bool},
-        )  # fmt: skip
-        return cls(name=name, **fields)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()

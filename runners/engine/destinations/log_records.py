@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 
+from runners.engine.destinations.fields import FromConfig
 from runners.engine.sinks import SINKS, EpochOutput
 
 #: positions per slot (an epoch of one generation)
@@ -81,22 +82,30 @@ def _rows(output: EpochOutput) -> Iterator[dict[str, Any]]:
             yield from table.to_pylist()
 
 
-def refuse_unpublish(kind: str, name: str, target: int) -> CannotUnpublishError:
-    return CannotUnpublishError(
-        f"sink {name!r} ({kind}) cannot unpublish: the records of the epochs after {target} "
-        "stay in the log, where readers may have consumed them; confirm the rollback to keep "
-        "them there (the branch's next epochs are published after them, under new ids)"
-    )
+class LogSink(FromConfig):
+    """What the log sinks share beside their config: they cannot unpublish."""
+
+    name: str
+
+    def rollback_to(self, epoch: int, *, namespace: str = "", branch: str = "") -> None:
+        """Always `CannotUnpublishError`: the core asks the operator to confirm; the branch's
+        next epochs are then published after the abandoned ones (a new generation)."""
+        raise CannotUnpublishError(
+            f"sink {self.name!r} ({self.KIND}) cannot unpublish: the records of the epochs "
+            f"after {epoch} stay in the log, where readers may have consumed them; confirm the "
+            "rollback to keep them there (the branch's next epochs are published after them, "
+            "under new ids)"
+        )
 
 
 __all__ = [
     "SLOT",
     "CannotUnpublishError",
+    "LogSink",
     "encoded_rows",
     "generation",
     "identity",
     "parent_generation",
     "position",
-    "refuse_unpublish",
     "stage",
 ]

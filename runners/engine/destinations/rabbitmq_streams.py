@@ -25,15 +25,15 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, ClassVar
 
 from runners.engine.crash import maybe_crash
-from runners.engine.destinations.fields import check_fields, check_positive
+from runners.engine.destinations.fields import check_positive
 from runners.engine.destinations.log_records import (
+    LogSink,
     encoded_rows,
     identity,
     position,
-    refuse_unpublish,
     stage,
 )
 from runners.engine.rabbitmq_stream import Endpoint
@@ -53,12 +53,16 @@ class RabbitMQSinkError(RuntimeError):
 
 
 @dataclass
-class RabbitMQStreamsSink:
+class RabbitMQStreamsSink(LogSink):
     """Writes each epoch's output rows to the RabbitMQ stream `stream` at `url`
     (``rabbitmq-stream://user:password@host:5552/vhost``) exactly once. The stream must exist
     (its retention is the admin's choice). `load_balancer`: the broker is reached through a
     load balancer or proxy at the URL's address (connections never go to the address the
     broker advertises)."""
+
+    KIND: ClassVar[str] = KIND
+    REQUIRED: ClassVar[dict[str, type]] = {"url": str, "stream": str}
+    OPTIONAL: ClassVar[dict[str, type]] = {"batch_size": int, "load_balancer": bool}
 
     url: str
     stream: str
@@ -80,12 +84,6 @@ class RabbitMQStreamsSink:
                 f"characters), not {self.stream!r}"
             )
         check_positive(KIND, self.name, "batch_size", self.batch_size, 10_000)
-
-    @classmethod
-    def from_config(cls, name: str, config: Mapping[str, Any]) -> Self:
-        fields = check_fields(KIND, name, config, {"url": str, "stream": str},
-                              {"batch_size": int, "load_balancer": bool})  # fmt: skip
-        return cls(name=name, **fields)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k != "_prepared"}
@@ -278,11 +276,6 @@ class RabbitMQStreamsSink:
         if last[0] == epoch and top < whole:
             return Held(epoch - 1, "") if epoch > 1 else None
         return Held(*last)
-
-    def rollback_to(self, epoch: int, *, namespace: str = "", branch: str = "") -> None:
-        """A log cannot unpublish: always `CannotUnpublishError` (the core asks the operator
-        to confirm; the next epochs are then published after the abandoned ones)."""
-        raise refuse_unpublish(KIND, self.name, epoch)
 
     def published(self, idle_s: float = 1.5) -> dict[int, list[dict[str, Any]]]:
         """The stream's rows per epoch (property ``epochal-epoch``), every message of it

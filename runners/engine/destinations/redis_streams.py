@@ -22,16 +22,16 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, ClassVar
 
 from runners.engine.crash import maybe_crash
-from runners.engine.destinations.fields import check_fields, check_positive
+from runners.engine.destinations.fields import check_positive
 from runners.engine.destinations.log_records import (
     SLOT,
+    LogSink,
     encoded_rows,
     identity,
     position,
-    refuse_unpublish,
     stage,
 )
 from runners.engine.redis_stream import decode_id, encode_id
@@ -63,8 +63,12 @@ return added
 
 
 @dataclass
-class RedisStreamsSink:
+class RedisStreamsSink(LogSink):
     """Writes each epoch's output rows to the Redis stream `stream` at `url` exactly once."""
+
+    KIND: ClassVar[str] = KIND
+    REQUIRED: ClassVar[dict[str, type]] = {"url": str, "stream": str}
+    OPTIONAL: ClassVar[dict[str, type]] = {"payload_field": str, "batch_size": int}
 
     url: str
     stream: str
@@ -93,12 +97,6 @@ class RedisStreamsSink:
                 f"'epoch', not {self.payload_field!r}"
             )
         check_positive(KIND, self.name, "batch_size", self.batch_size, 100_000)
-
-    @classmethod
-    def from_config(cls, name: str, config: Mapping[str, Any]) -> Self:
-        fields = check_fields(KIND, name, config, {"url": str, "stream": str},
-                              {"payload_field": str, "batch_size": int})  # fmt: skip
-        return cls(name=name, **fields)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("_prepared", "_client")}
@@ -202,11 +200,6 @@ class RedisStreamsSink:
         if marker is None or marker.get("identity") != pending.get("identity"):
             return None
         return Held(int(marker["epoch"]), str(marker["snapshot"]))
-
-    def rollback_to(self, epoch: int, *, namespace: str = "", branch: str = "") -> None:
-        """A log cannot unpublish: always `CannotUnpublishError` (the core asks the operator
-        to confirm; the next epochs are then published after the abandoned ones)."""
-        raise refuse_unpublish(KIND, self.name, epoch)
 
     def published(self) -> dict[int, list[dict[str, Any]]]:
         """The stream's rows per epoch (the entries' ``epoch`` field), every entry of it."""
