@@ -154,6 +154,19 @@ class IcebergSink(FromConfig):
                 f"{self._describe()}: the catalog at {self.catalog_uri} is unreachable: {exc}"
             ) from None
 
+    def check(self) -> None:
+        """ValueError unless the catalog answers and the table exists (or may be created):
+        before a job starts."""
+        try:
+            table = self.load()
+        except IcebergSinkError as exc:
+            raise ValueError(f"{exc} (field 'catalog_uri')") from None
+        if table is None and not self.create_table:
+            raise ValueError(
+                f"{self._describe()} does not exist in catalog {self.catalog_name!r} and "
+                "create_table is false: create it, or set create_table"
+            )
+
     def held(self, table: Any, writer: str) -> tuple[Held | None, Any]:
         """(epoch and store snapshot, Iceberg snapshot) of `writer`'s latest snapshot in the
         table's current ancestry; refuses a table another writer's latest snapshot names."""

@@ -149,6 +149,13 @@ class RabbitMQStreamsSink(LogSink):
 
         return int(self._run(ask()))
 
+    def check(self) -> None:
+        """ValueError unless the broker answers and the stream exists: before a job starts."""
+        try:
+            self.top("check/check")
+        except RabbitMQSinkError as exc:
+            raise ValueError(f"{exc} (field 'url': the broker is unreachable)") from None
+
     async def _publish(self, writer: str, first: int, rows: Sequence[bytes], epoch: int,
                        snapshot: str, crash: tuple[str, int] | None) -> None:  # fmt: skip
         from rstream import AMQPMessage

@@ -136,13 +136,14 @@ class RedisStreamsSink(LogSink):
         return None if raw is None else dict(json.loads(raw))
 
     def check(self) -> None:
-        """Raise unless the destination is reachable and the key is a stream (or absent)."""
+        """ValueError unless the server answers and the key is a stream (or absent): before a
+        job starts."""
         try:
             self.top()
         except ValueError:
             raise
         except Exception as exc:
-            raise ValueError(f"{self._describe()} is unreachable: {exc}") from None
+            raise ValueError(f"{self._describe()} (field 'url') is unreachable: {exc}") from None
 
     # -- the Sink protocol -------------------------------------------------------------------
 

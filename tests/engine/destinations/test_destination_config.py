@@ -57,3 +57,24 @@ def test_every_kind_builds_from_a_good_config_and_logs_refuse_to_unpublish() -> 
         with pytest.raises(CannotUnpublishError, match="cannot unpublish: the records of the "
                            "epochs after 4 stay in the log"):  # fmt: skip
             sinks[kind].rollback_to(4, namespace="app", branch="main")
+
+
+def test_an_unreachable_destination_is_named_by_check_before_a_job_starts(tmp_path: Any) -> None:
+    from tests.engine.destinations.support import free_port
+
+    port = free_port()  # nothing listens there
+    unreachable = {
+        "iceberg": {**ICEBERG, "catalog_uri": f"postgresql+psycopg://u@127.0.0.1:{port}/db"},
+        "redis_streams": {**REDIS, "url": f"redis://127.0.0.1:{port}/0"},
+        "rabbitmq_streams": {**RABBIT, "url": f"rabbitmq-stream://g:g@127.0.0.1:{port}/%2F"},
+    }
+    for kind, config in unreachable.items():
+        with pytest.raises(ValueError) as caught:
+            build("out", kind, config).check()
+        text = str(caught.value)
+        assert "sink 'out'" in text and "unreachable" in text, text
+        assert "field 'url'" in text or "field 'catalog_uri'" in text, text
+    missing = build("out", "iceberg", {**ICEBERG, "catalog_uri": f"sqlite:///{tmp_path}/c.db",
+                                       "create_table": False})  # fmt: skip
+    with pytest.raises(ValueError, match="does not exist in catalog 'epochal' and create_table"):
+        missing.check()
