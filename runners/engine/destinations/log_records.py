@@ -17,10 +17,11 @@ pending record in the snapshot, so a restart publishes under the same ids.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from runners.engine.destinations.fields import FromConfig
 from runners.engine.sinks import SINKS, EpochOutput
@@ -73,13 +74,43 @@ def stage(
 
 def encoded_rows(output: EpochOutput) -> list[bytes]:
     """The epoch's rows as JSON objects, over its parts in order (bytes, decimals as text)."""
-    return [orjson.dumps(row, default=str) for row in _rows(output)]
+    return [row for part in output.parts for table in output.tables(part)
+            for row in json_lines(table)]  # fmt: skip
 
 
-def _rows(output: EpochOutput) -> Iterator[dict[str, Any]]:
-    for part in output.parts:
-        for table in output.tables(part):
-            yield from table.to_pylist()
+#: a string a JSON text must escape: a quote, a backslash or a control character
+_ESCAPE = r'["\\\x00-\x1f]'
+
+
+def json_lines(table: pa.Table) -> list[bytes]:
+    """Each row of `table` as a compact JSON object, byte for byte what ``orjson.dumps`` of
+    the row's dict gives. Integer, boolean and string columns (strings needing no escape) are
+    formatted with Arrow's vectorised kernels; any other table row by row with orjson."""
+    pieces: list[Any] = []
+    for index, (name, column) in enumerate(zip(table.column_names, table.columns, strict=True)):
+        text = _json_values(column.combine_chunks())
+        if text is None:
+            return [orjson.dumps(row, default=str) for row in table.to_pylist()]
+        pieces += [("{" if index == 0 else ",") + orjson.dumps(name).decode() + ":", text]
+    if not pieces:
+        return [b"{}"] * table.num_rows
+    joined = pc.binary_join_element_wise(*pieces, "}", "")
+    return [value.encode() for value in joined.to_pylist()]
+
+
+def _json_values(column: pa.Array) -> pa.Array | None:
+    """The column's values as JSON texts, None for a type or value this does not format."""
+    kind = column.type
+    if pa.types.is_integer(kind) or pa.types.is_boolean(kind):
+        text = pc.cast(column, pa.string())
+    elif pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        column = column.cast(pa.string())
+        if pc.any(pc.match_substring_regex(column, _ESCAPE)).as_py():
+            return None
+        text = pc.binary_join_element_wise('"', column, '"', "")
+    else:
+        return None
+    return pc.fill_null(text, "null")
 
 
 class LogSink(FromConfig):
