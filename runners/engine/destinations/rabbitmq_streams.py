@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -207,16 +206,17 @@ class RabbitMQStreamsSink(LogSink):
             with contextlib.suppress(Exception):
                 await producer.close()
 
-    async def _last(self) -> tuple[int, str] | None:
-        """(epoch, snapshot) from the properties of the stream's last message."""
+    async def _tail(self) -> tuple[int, bytes] | None:
+        """(offset, message) of the stream's last message (None: no message). The broker
+        delivers the last chunk at once, so its last message is there when the first is."""
         from rstream import ConsumerOffsetSpecification, OffsetType
 
         consumer = self._consumer()
-        seen: dict[int, Any] = {}
+        seen: dict[int, bytes] = {}
         got = asyncio.Event()
 
         def on_message(message: Any, context: Any) -> None:
-            seen[context.offset] = message
+            seen[context.offset] = bytes(message)
             got.set()
 
         try:
@@ -227,13 +227,17 @@ class RabbitMQStreamsSink(LogSink):
             )  # fmt: skip
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(got.wait(), 5.0)
-            await asyncio.sleep(0.05)  # the rest of the chunk
         finally:
             with contextlib.suppress(Exception):
                 await consumer.close()
-        if not seen:
+        return (max(seen), seen[max(seen)]) if seen else None
+
+    async def _last(self) -> tuple[int, str] | None:
+        """(epoch, snapshot) from the properties of the stream's last message."""
+        tail = await self._tail()
+        if tail is None:
             return None
-        props = _text_keys(amqp_decoder(bytes(seen[max(seen)])).application_properties)
+        props = _text_keys(amqp_decoder(tail[1]).application_properties)
         epoch, snapshot = props.get(EPOCH_PROPERTY), props.get(SNAPSHOT_PROPERTY)
         if epoch is None or snapshot is None:
             return None
@@ -282,11 +286,11 @@ class RabbitMQStreamsSink(LogSink):
             return Held(epoch - 1, "") if epoch > 1 else None
         return Held(*last)
 
-    def published(self, idle_s: float = 1.5) -> dict[int, list[dict[str, Any]]]:
-        """The stream's rows per epoch (property ``epochal-epoch``), every message of it
-        (read from the first offset until none came for `idle_s` seconds)."""
+    def published(self) -> dict[int, list[dict[str, Any]]]:
+        """The stream's rows per epoch (property ``epochal-epoch``), every message of it up
+        to its last one when this is called."""
         epochs: dict[int, list[dict[str, Any]]] = {}
-        for _, raw in sorted(self._run(self._read_all(idle_s), timeout=None).items()):
+        for _, raw in sorted(self._run(self._read_all(), timeout=None).items()):
             message = amqp_decoder(raw)
             props = _text_keys(message.application_properties)
             body = message.body
@@ -297,27 +301,32 @@ class RabbitMQStreamsSink(LogSink):
             epochs.setdefault(int(epoch), []).append(json.loads(bytes(body)))
         return epochs
 
-    async def _read_all(self, idle_s: float) -> dict[int, bytes]:
+    async def _read_all(self) -> dict[int, bytes]:
+        """Every message from the first offset to the last one (a minute without one: an
+        error)."""
         from rstream import ConsumerOffsetSpecification, OffsetType
 
+        tail = await self._tail()
+        if tail is None:
+            return {}
         got: dict[int, bytes] = {}
-        last = [time.monotonic()]
+        done = asyncio.Event()
 
         def on_message(message: Any, context: Any) -> None:
             got[context.offset] = bytes(message)
-            last[0] = time.monotonic()
+            if context.offset >= tail[0]:
+                done.set()
 
         consumer = self._consumer()
         try:
             await consumer.start()
             spec = ConsumerOffsetSpecification(OffsetType.FIRST, None)
             await consumer.subscribe(self.stream, on_message, offset_specification=spec)
-            while time.monotonic() - last[0] < idle_s:
-                await asyncio.sleep(0.1)
+            await asyncio.wait_for(done.wait(), TIMEOUT_S)
         finally:
             with contextlib.suppress(Exception):
                 await consumer.close()
-        return got
+        return {offset: raw for offset, raw in got.items() if offset <= tail[0]}
 
     def close(self) -> None:
         self._prepared.clear()
