@@ -24,7 +24,7 @@ from typing import Any
 
 import bench.sinks
 
-NOT_KINDS = {"common"}
+NOT_KINDS = {"common", "paired_runs"}
 
 
 def kinds() -> list[str]:

@@ -17,6 +17,10 @@ from runners.engine.destinations import KINDS, build
 
 #: the config field each kind takes its credentials' environment variable in
 CREDENTIAL_FIELDS = {"delta": "credentials_env", "postgres": "password_env"}
+#: config fields naming a local directory (under EPOCHAL_SINK_ROOTS unless a URL)
+PATH_FIELDS = ("path", "warehouse")
+#: config fields naming a server by URL (its host in EPOCHAL_SINK_HOSTS when that is set)
+URL_FIELDS = ("url", "catalog_uri")
 
 
 def resolved_config(
@@ -32,21 +36,24 @@ def resolved_config(
 def _place_errors(kind: str, config: Mapping[str, Any]) -> list[str]:
     """Where the config points outside the allowed roots and hosts."""
     errors = []
-    path = config.get("path")
-    if isinstance(path, str) and "://" not in path.removeprefix("file://"):
+    for field in PATH_FIELDS:
+        path = config.get(field)
+        if not isinstance(path, str) or "://" in path.removeprefix("file://"):
+            continue
         real = Path(os.path.realpath(path.removeprefix("file://")))
         roots: Sequence[Path] = settings.EPOCHAL_SINK_ROOTS
         if not any(real == r or real.is_relative_to(r) for r in roots):
             allowed = ", ".join(str(r) for r in roots) or "none"
             errors.append(
-                f"path: {real} is outside the sink roots ({allowed}); an admin adds a root "
+                f"{field}: {real} is outside the sink roots ({allowed}); an admin adds a root "
                 "with EPOCHAL_SINK_ROOTS"
             )
     hosts: Sequence[str] = settings.EPOCHAL_SINK_HOSTS
     if hosts:
         named = []
-        if isinstance(config.get("url"), str):
-            named.append(("url", urlsplit(config["url"]).hostname or ""))
+        for field in URL_FIELDS:
+            if isinstance(config.get(field), str):
+                named.append((field, urlsplit(config[field]).hostname or ""))
         if isinstance(config.get("bootstrap_servers"), str):
             for server in config["bootstrap_servers"].split(","):
                 named.append(("bootstrap_servers", server.strip().rpartition(":")[0]))

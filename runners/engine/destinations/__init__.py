@@ -14,8 +14,11 @@ from typing import Any
 
 KINDS: dict[str, str] = {
     "delta": "runners.engine.destinations.delta:DeltaSink",
+    "iceberg": "runners.engine.destinations.iceberg:IcebergSink",
     "kafka": "runners.engine.destinations.kafka:KafkaDestination",
     "postgres": "runners.engine.destinations.postgres:PostgresSink",
+    "rabbitmq_streams": "runners.engine.destinations.rabbitmq_streams:RabbitMQStreamsSink",
+    "redis_streams": "runners.engine.destinations.redis_streams:RedisStreamsSink",
 }
 
 
