@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from runners.engine import exchange
+from runners.engine import eventtime, exchange
 from runners.engine import routing as routes
 from runners.engine.crash import crash_spec, maybe_crash
 from runners.engine.exchange import MapShare
@@ -183,7 +183,8 @@ class EpochRunner:
         if callable(prepare):
             prepare(control, last_epoch + 1)
         splits = source.plan(committed)
-        if not splits:
+        timing = eventtime.plan_epoch(self.job, parent)  # watermark hook: before planning tasks
+        if not splits and not timing.due:  # (windows due without input: a no-data epoch)
             self.stopped_reason = "no new data"
             return None
         epoch = last_epoch + 1
@@ -215,8 +216,9 @@ class EpochRunner:
             crash=self.crash,
             driver_pid=os.getpid(),
             compaction_ratio=self.compaction_ratio,
+            event_time=timing,
         )
-        route, pieces = self._route(plan, splits)
+        route, pieces = self._route(plan, splits) if splits else ("scan", [])
         restore: dict[str, int | float] | None = None
         tasks_started = time.perf_counter()
         try:
@@ -279,6 +281,10 @@ class EpochRunner:
             stats["state_read_bytes"] = state_read
         if restore is not None:
             stats.update(restore)
+        watermark, late = eventtime.after_epoch(
+            self.job, parent, timing, (r.event_time for r in results), now_ms, m
+        )  # watermark hook: recorded in the manifest, applied by the next epoch
+        stats.update(late)
         for hook in ("backlog", "backlog_records"):  # optional source hooks
             value = _backlog(source, offsets[source.name], hook)
             if value is not None:
@@ -321,6 +327,7 @@ class EpochRunner:
                     for r in sorted(results, key=lambda r: r.task)
                 ],
                 **_inputs(source, committed, splits),
+                **watermark,
                 **({} if gate.record is None else {SWAP: gate.record}),
                 **({} if executors is None else {"executors": executors}),
                 **({SINKS: pending} if pending else {}),

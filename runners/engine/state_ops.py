@@ -41,6 +41,9 @@ MigrationFn = Callable[[pa.Table], pa.Table]
 
 #: kinds `new_branch_commit` makes (epochs and migrations have their own paths)
 BRANCH_COMMIT_KINDS: Final = frozenset({"fork", "rollback", "rescale", "savepoint"})
+#: what a commit of an existing snapshot's state carries of its ``extra``: the job, and its
+#: event-time document (the watermark the next epoch applies: runners/engine/eventtime)
+CARRIED_EXTRA: Final = ("job", "event_time")
 #: like `put_object`: an existing object older than this is rewritten (same bytes) so that
 #: gc's grace period protects it until the ref that needs it is moved
 _REFRESH_AFTER: Final = timedelta(hours=1)
@@ -276,9 +279,7 @@ class _Bases:
 
 
 def _carried_extra(source: Manifest, keys: Sequence[str], **more: Any) -> dict[str, Any]:
-    extra: dict[str, Any] = {}
-    if "job" in source.extra:
-        extra["job"] = source.extra["job"]
+    extra: dict[str, Any] = {k: source.extra[k] for k in CARRIED_EXTRA if k in source.extra}
     extra["key"] = list(keys)
     extra.update(more)
     return extra
@@ -621,7 +622,7 @@ def new_branch_commit(
     check_parallelism(p, source.max_parallelism)
     prov = {**dict(provenance), "source_snapshot": source_id}
     keys = source.extra.get("key")
-    extra: dict[str, Any] = {k: source.extra[k] for k in ("job",) if k in source.extra}
+    extra: dict[str, Any] = {k: source.extra[k] for k in CARRIED_EXTRA if k in source.extra}
     if isinstance(keys, list):
         extra["key"] = keys
     manifest = Manifest(

@@ -18,11 +18,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runners.engine import aggregations as agg
-from runners.engine import chunks, exchange
+from runners.engine import chunks, eventtime, exchange
 from runners.engine.crash import maybe_crash
+from runners.engine.eventtime import windows as windowing
 from runners.engine.exchange import MapShare
 from runners.engine.hashing import key_groups, owners
 from runners.engine.job import Job
+from runners.engine.keygroups import key_group_range
 from runners.engine.routing import Piece
 from runners.engine.sources import DeadLetter, Split, SplitData
 from runners.engine.state import EpochContext, KeyedState, epoch_seed
@@ -35,6 +37,7 @@ STATE = "_state"
 EXPIRES = "_expires"
 OUTPUT_KIND = b"epochal.output"
 CHUNK_REFS = "chunk_refs"
+NO_EVENT_TIME = eventtime.EpochEventTime()
 DEAD_LETTER_SCHEMA = pa.schema(
     [
         ("source", pa.string()),
@@ -62,6 +65,8 @@ class TaskPlan:
     crash: tuple[str, int] | None = None
     driver_pid: int = 0
     compaction_ratio: float = 1.0
+    #: the event time the epoch applies (eventtime.EpochEventTime: watermark, due windows)
+    event_time: eventtime.EpochEventTime = NO_EVENT_TIME
 
     def repo(self) -> Repository:
         return _repo(self.store_url, self.namespace)
@@ -99,6 +104,8 @@ class ReduceResult:
     #: seconds this task's work kept a core busy: the reduce (a scan task: reading its whole
     #: share too) plus, after a shuffle, the map time of the splits homed on this task
     busy_s: float = 0.0
+    #: event-time jobs: the largest event times read, late records, earliest open windows
+    event_time: eventtime.TaskEventTime | None = None
 
 
 # -- map ---------------------------------------------------------------------------------
@@ -137,8 +144,10 @@ def _valid_rows(
     return table.filter(pc.invert(bad)), dead
 
 
-def _partial(job: Job, table: pa.Table) -> pa.Table:
+def _partial(job: Job, table: pa.Table, watermark_ms: int) -> pa.Table:
     """Per-key partial aggregates of records, columns: keys, _kg, state columns, _seq."""
+    if job.window is not None:  # per key and window
+        return windowing.partial(job, table, watermark_ms)
     keys = [*job.key_columns, KG]
     simple = [a for a in job.aggregations if a.kind not in agg.SPECIAL]
     specs = [(*a.partial(),) for a in simple] + [(SEQ, "min")]
@@ -206,6 +215,10 @@ def map_split(
     job = plan.job
     data = read_split(job.source, split, job.key_columns)
     table, dead = _valid_rows(data.table, job.key_columns, split)
+    seen = None
+    if job.event_time is not None:
+        table, late, seen = eventtime.on_read(job, plan.event_time.watermark_ms, table, split)
+        dead += late
     dead = data.dead_letters + dead
     records_in = data.table.num_rows + len(data.dead_letters)
     if job.aggregate is not None:
@@ -214,7 +227,7 @@ def map_split(
     table = _with_seq(table, split_index, first_row)
     table = table.append_column(KG, pa.array(groups, type=pa.int32()))
     if job.aggregate is not None and partial:
-        table = _partial(job, table)
+        table = _partial(job, table, plan.event_time.watermark_ms)
         groups = table.column(KG).to_numpy()
     owner = owners(np.asarray(groups), plan.parallelism, plan.max_parallelism)
     order = np.argsort(owner, kind="stable")
@@ -229,6 +242,7 @@ def map_split(
             share = MapShare(split_index, chunks.encode_table(table.slice(start, n)), part)
             if task == home:
                 share.records_in, share.dead_letters = records_in, dead
+                share.event_time = seen
             shares.append((task, share))
         start += n
     map_s = time.perf_counter() - started
@@ -242,6 +256,8 @@ def map_split(
 
 def _combine(job: Job, partial: pa.Table) -> pa.Table:
     """Combine partials of several splits (a key may appear once per split)."""
+    if job.window is not None:
+        return windowing.combine(job, partial)
     keys = [*job.key_columns, KG]
     simple = [a for a in job.aggregations if a.kind not in agg.SPECIAL]
     grouped = partial.group_by(keys, use_threads=False).aggregate(
@@ -526,13 +542,14 @@ def reduce_partition(
     if tables:
         merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if plan.job.aggregate is not None and not partial:
-            merged = _partial(plan.job, merged)
+            merged = _partial(plan.job, merged, plan.event_time.watermark_ms)
         elif plan.job.aggregate is not None and len(tables) > 1:
             merged = _combine(plan.job, merged)
     records_in = sum(s.records_in for s in received)
     dead: list[DeadLetter] = [d for s in received for d in s.dead_letters]
     map_s = max((s.map_s for s in received), default=0.0)
     result = _reduce(plan, task, merged, records_in, dead, started, map_s)
+    result.event_time = eventtime.merged([result.event_time, *(s.event_time for s in received)])
     # Each split's map time counts once, on its home task (the one it reports records_in to).
     home_map_s = sum(s.map_s for s in received if s.split_index % plan.parallelism == task)
     result.busy_s = result.reduce_s + home_map_s
@@ -656,9 +673,15 @@ def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterat
     tables: list[pa.Table] = []
     records_in = 0
     dead: list[DeadLetter] = []
+    reports: list[eventtime.TaskEventTime | None] = []
     for index, split in enumerate(splits):
         data = read_split(job.source, split, job.key_columns)
         table, bad = _valid_rows(data.table, job.key_columns, split)
+        if job.event_time is not None:
+            table, late, seen = eventtime.on_read(job, plan.event_time.watermark_ms, table, split)
+            if index % plan.parallelism == task:
+                bad += late
+                reports.append(seen)
         if index % plan.parallelism == task:
             records_in += data.table.num_rows + len(data.dead_letters)
             dead.extend(data.dead_letters + bad)
@@ -673,9 +696,10 @@ def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterat
     if merged is not None and merged.num_rows == 0:
         merged = None
     if merged is not None and job.aggregate is not None:
-        merged = _partial(job, merged)
+        merged = _partial(job, merged, plan.event_time.watermark_ms)
     map_s = time.perf_counter() - started
     result = _reduce(plan, task, merged, records_in, dead, started, map_s)
+    result.event_time = eventtime.merged([result.event_time, *reports])
     result.busy_s = result.reduce_s  # measured from the scan's start: reading included
     yield result
 
@@ -695,7 +719,11 @@ def _reduce(
     writer = _Writer(plan)
     out_tables: list[pa.Table] = []
     refs: list[tuple[str, int, int]] = []
-    if merged is not None:
+    closed = None
+    if job.window is not None:  # windows close also in key groups without input
+        closed = _reduce_windows(plan, task, merged, writer)
+        out_tables = closed.outputs
+    elif merged is not None:
         if job.aggregate is not None:
             refs = _reduce_aggregate(plan, merged, writer)
         else:
@@ -738,7 +766,20 @@ def _reduce(
         map_s=map_s,
         reduce_s=time.perf_counter() - started,
         state_read_bytes=writer.restore.stored_bytes,
+        event_time=None if closed is None else eventtime.TaskEventTime(due=closed.due),
     )
+
+
+def _reduce_windows(
+    plan: TaskPlan, task: int, merged: pa.Table | None, writer: _Writer
+) -> windowing.Closed:
+    """Windowed aggregation: merge the partials per key and window, close the windows the
+    watermark passed in this task's key groups (eventtime/windows.py)."""
+    table, slices = _kg_slices(merged) if merged is not None else (None, [])
+    mine = key_group_range(task, plan.parallelism, plan.max_parallelism)
+    due = [kg for kg in plan.event_time.due if kg in mine]
+    watermark = plan.event_time.watermark_ms
+    return windowing.reduce(plan.job, watermark, table, slices, due, writer)
 
 
 def dumps(value: Any) -> bytes:

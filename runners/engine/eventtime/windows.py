@@ -1,0 +1,413 @@
+"""Windowed aggregation in the vectorised path: tumbling and sliding (hop) event-time windows.
+
+A record with event time ``t`` belongs to every window ``[s, s + size)`` with ``s`` a multiple
+of the slide and ``s <= t < s + size`` (Spark's ``window(ts, size, slide)``). An epoch applies
+its parent's watermark ``W`` (watermark.py):
+
+- a (record, window) pair whose window ended at or before ``W`` is dropped; a record with no
+  window left (its latest window ended at or before ``W``) is a dead letter with reason
+  ``late``, counted in the epoch's ``late_records``;
+- output mode ``append`` emits one final row per key and window once ``W`` passes the window's
+  end (``end <= W``), then drops the window's state; ``update`` emits every window the epoch
+  changed with its running values, and drops a window's state once ``W`` passes its end.
+
+The state of a key is one row in its key group's chunk: the key column(s), ``window_start``
+(a sorted list of the starts of its open windows) and one list per aggregation (``count``,
+``sum_value``, …) holding each open window's running value. So a key's windows move with its
+key group on a rescale and are restored by a rollback or a fork, and the state operations
+(rehash, transform) see ordinary keyed rows. Everything is computed with pyarrow hash
+aggregation and numpy over group codes, never per record in Python.
+
+Per key group the snapshot also records the end of its earliest open window
+(``extra.event_time.due``): an epoch visits the key groups its input touches and those whose
+earliest window the watermark has passed, so a window closes even when its key brings no more
+records; when the source has no new data but windows are due, the runner commits an epoch
+without input that only closes them (as Spark's no-data micro-batch).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from runners.engine import chunks
+from runners.engine.eventtime.watermark import LATE, EventTimeError, event_times
+from runners.engine.sources import DeadLetter, Split
+
+if TYPE_CHECKING:
+    from runners.engine.aggregations import Aggregation
+    from runners.engine.job import Job
+
+WINDOW_START = "window_start"
+WINDOW_END = "window_end"
+OUTPUT_MODES = ("append", "update")
+#: the built-in aggregations a window can compute (order-free, so any split of the input
+#: combines to the same value)
+WINDOW_AGGREGATIONS = ("count", "sum", "min", "max")
+KG = "_kg"
+SEQ = "_seq"
+_CODE = "_code"
+_NEW = "_new"
+
+
+@dataclass(frozen=True)
+class Window:
+    """Windows of `size_ms` starting every `slide_ms` (tumbling: slide = size)."""
+
+    size_ms: int
+    slide_ms: int
+    output_mode: str = "append"
+
+    def __post_init__(self) -> None:
+        for name in ("size_ms", "slide_ms"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise EventTimeError(f"window {name} must be a positive int, not {value!r}")
+        if self.slide_ms > self.size_ms:
+            raise EventTimeError(
+                f"window slide {self.slide_ms} ms exceeds its size {self.size_ms} ms: records "
+                "between windows would belong to none"
+            )
+        if self.output_mode not in OUTPUT_MODES:
+            raise EventTimeError(
+                f"window output_mode must be one of {', '.join(OUTPUT_MODES)}, "
+                f"not {self.output_mode!r}"
+            )
+
+    @property
+    def per_record(self) -> int:
+        """How many windows a record can belong to."""
+        return -(-self.size_ms // self.slide_ms)
+
+    def describe(self) -> dict[str, Any]:
+        return {"size_ms": self.size_ms, "slide_ms": self.slide_ms, "mode": self.output_mode}
+
+
+def tumbling(size_ms: int, *, output_mode: str = "append") -> Window:
+    """Consecutive windows of `size_ms` (Spark's ``window(ts, size)``)."""
+    return Window(size_ms, size_ms, output_mode)
+
+
+def sliding(size_ms: int, slide_ms: int, *, output_mode: str = "append") -> Window:
+    """Windows of `size_ms` starting every `slide_ms` (Spark's ``window(ts, size, slide)``)."""
+    return Window(size_ms, slide_ms, output_mode)
+
+
+def check(job: Job) -> None:
+    """Refuse a windowed job the engine cannot run, naming what to change."""
+    if job.window is None:
+        return
+    if job.event_time is None:
+        raise EventTimeError(
+            f"job {job.name!r}: a window needs event_time=EventTime(column, delay_ms) "
+            "(the watermark closes windows)"
+        )
+    if job.aggregate is None:
+        raise EventTimeError(f"job {job.name!r}: a window needs aggregate=[…] (built-ins)")
+    for a in job.aggregations:
+        if a.kind not in WINDOW_AGGREGATIONS:
+            raise EventTimeError(
+                f"job {job.name!r}: aggregation {a.name!r} cannot run in a window; use "
+                f"{', '.join(WINDOW_AGGREGATIONS)}"
+            )
+    clash = {WINDOW_START, WINDOW_END} & set(job.key_columns)
+    if clash:
+        raise EventTimeError(f"job {job.name!r}: key columns {sorted(clash)} clash with a window")
+
+
+# -- reading: late records, event-time maxima --------------------------------------------
+
+
+def latest_end(window: Window, ts: np.ndarray) -> np.ndarray:
+    """End of the latest window each event time belongs to."""
+    return ts // window.slide_ms * window.slide_ms + window.size_ms
+
+
+def drop_late(
+    job: Job, watermark_ms: int, table: pa.Table, split: Split
+) -> tuple[pa.Table, list[DeadLetter], np.ndarray]:
+    """(records to process, dead letters, event times of the valid records): records without
+    an event time are dead letters ``missing event time``; with a window, records whose every
+    window ended at or before the watermark are dead letters ``late``."""
+    assert job.event_time is not None
+    column = job.event_time.column
+    if column not in table.column_names:
+        raise EventTimeError(
+            f"job {job.name!r}: the source's records have no event-time column {column!r} "
+            f"(columns: {table.column_names})"
+        )
+    dead: list[DeadLetter] = []
+    positions = np.arange(table.num_rows, dtype=np.int64)  # rows of the split as read
+    nulls = table.column(column).is_null()
+    if table.num_rows and pc.any(nulls).as_py():
+        dead += _dead(table, nulls, positions, split, "missing event time")
+        valid = pc.invert(nulls)
+        table = table.filter(valid)
+        positions = positions[np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)]
+    ts = event_times(table.column(column))
+    if job.window is None or not len(ts):
+        return table, dead, ts
+    late = latest_end(job.window, ts) <= watermark_ms
+    if late.any():
+        dead += _dead(table, pa.array(late), positions, split, LATE)
+        table = table.filter(pa.array(~late))
+        ts = ts[~late]
+    return table, dead, ts
+
+
+def _dead(
+    table: pa.Table,
+    mask: pa.Array | pa.ChunkedArray,
+    positions: np.ndarray,
+    split: Split,
+    reason: str,
+) -> list[DeadLetter]:
+    """Dead letters of the masked rows; the offset is the split's start plus the row's
+    position among the rows the split's reader returned (as for a missing key)."""
+    rows = positions[np.asarray(mask.to_numpy(zero_copy_only=False), dtype=bool)]
+    records = table.filter(mask).to_pylist()
+    return [
+        DeadLetter(split.source, split.partition, split.start + int(i), reason,
+                   json.dumps(record, default=str))
+        for i, record in zip(rows.tolist(), records, strict=True)
+    ]  # fmt: skip
+
+
+# -- partial aggregation per (key, window) -----------------------------------------------
+
+
+def _hash_function(a: Aggregation) -> str:
+    return "count_all" if a.kind == "count" else a.kind
+
+
+def _combine_function(a: Aggregation) -> str:
+    return "sum" if a.kind == "count" else a.kind
+
+
+def partial(job: Job, table: pa.Table, watermark_ms: int) -> pa.Table:
+    """Per (key, window) partial aggregates of records (columns: keys, _kg, window_start, one
+    per aggregation, _seq = the first record's position): each record expanded to its windows
+    that end after the watermark."""
+    assert job.window is not None and job.event_time is not None
+    window = job.window
+    ts = event_times(table.column(job.event_time.column))
+    last = ts // window.slide_ms * window.slide_ms
+    k = window.per_record
+    rows = np.repeat(np.arange(len(ts), dtype=np.int64), k)
+    starts = (last[:, None] - np.arange(k, dtype=np.int64)[None, :] * window.slide_ms).ravel()
+    keep = (starts + window.size_ms > ts[rows]) & (starts + window.size_ms > watermark_ms)
+    if not keep.all():
+        rows, starts = rows[keep], starts[keep]
+    keys = [*job.key_columns, KG]
+    columns = {c: table.column(c) for c in keys}
+    for a in job.aggregations:
+        if a.column is not None:
+            columns[a.column] = table.column(a.column)
+    columns[SEQ] = table.column(SEQ)
+    expanded = pa.table(columns).take(pa.array(rows))
+    expanded = expanded.append_column(WINDOW_START, pa.array(starts, pa.int64()))
+    specs: list[tuple[Any, str]] = [
+        ([] if a.kind == "count" else a.column, _hash_function(a)) for a in job.aggregations
+    ]
+    grouped = expanded.group_by([*keys, WINDOW_START], use_threads=False).aggregate(
+        [*specs, (SEQ, "min")]
+    )
+    out = {c: grouped.column(c) for c in [*keys, WINDOW_START]}
+    for a, (_, fn) in zip(job.aggregations, specs, strict=True):
+        out[a.name] = grouped.column("count_all" if a.kind == "count" else f"{a.column}_{fn}")
+    out[SEQ] = grouped.column(f"{SEQ}_min")
+    return pa.table(out)
+
+
+def combine(job: Job, partials: pa.Table) -> pa.Table:
+    """Combine partials of several splits (a key and window may appear once per split)."""
+    keys = [*job.key_columns, KG, WINDOW_START]
+    grouped = partials.group_by(keys, use_threads=False).aggregate(
+        [(a.name, _combine_function(a)) for a in job.aggregations] + [(SEQ, "min")]
+    )
+    out = {c: grouped.column(c) for c in keys}
+    for a in job.aggregations:
+        out[a.name] = grouped.column(f"{a.name}_{_combine_function(a)}")
+    out[SEQ] = grouped.column(f"{SEQ}_min")
+    return pa.table(out)
+
+
+# -- merging with the key groups' state, closing windows ---------------------------------
+
+
+@dataclass
+class Closed:
+    """What a reducer's windows did: emitted rows, and per key group it wrote the end of its
+    earliest open window (None: no window left)."""
+
+    outputs: list[pa.Table]
+    due: dict[int, int | None]
+
+
+def state_schema(job: Job, partials: pa.Schema) -> pa.Schema:
+    """The windowed state's columns: keys, window_start and one list per aggregation."""
+    fields = [partials.field(c) for c in job.key_columns]
+    fields.append(pa.field(WINDOW_START, pa.list_(pa.int64())))
+    fields += [pa.field(a.name, pa.list_(partials.field(a.name).type)) for a in job.aggregations]
+    return pa.schema(fields)
+
+
+def reduce(
+    job: Job,
+    watermark_ms: int,
+    table: pa.Table | None,
+    slices: Sequence[tuple[int, int, int]],
+    due: Sequence[int],
+    writer: Any,
+) -> Closed:
+    """Merge the epoch's partials (`table`: keys, window_start, aggregations, sorted by key
+    group and first position; `slices`: (kg, start, length)) with the state of their key
+    groups, close the windows the watermark passed — also in the key groups of `due` the
+    input did not touch — write each changed key group's chunk through `writer` and return
+    the emitted rows."""
+    keys = list(job.key_columns)
+    parts = {kg: (start, length) for kg, start, length in slices}
+    groups = sorted(set(parts) | set(due))
+    writer.load(groups, keys)
+    closed = Closed([], {})
+    schema = None if table is None else state_schema(job, table.schema)
+    for kg in groups:
+        old = writer.state(kg)
+        if schema is None:  # only due key groups: their state has the schema
+            if old is None or not old.table.num_rows:
+                continue
+            schema = old.table.schema
+        if old is None:
+            old = chunks.empty_state(schema)
+        if kg in parts and table is not None:
+            part = table.slice(*parts[kg])
+        else:
+            part = _empty_part(job, schema)
+        result = _merge_key_group(job, watermark_ms, chunks.conform(old.table, schema), part)
+        if result is None:
+            continue
+        delta, new_state, emitted = result
+        writer.key_group(kg, old, new_state, delta)
+        if emitted is not None and emitted.num_rows:
+            closed.outputs.append(emitted)
+        firsts = pc.list_element(new_state.column(WINDOW_START), 0) if new_state.num_rows else None
+        closed.due[kg] = None if firsts is None else int(pc.min(firsts).as_py()) + _size(job)
+    writer.flush()
+    return closed
+
+
+def _empty_part(job: Job, schema: pa.Schema) -> pa.Table:
+    """No input for a key group: partials with no rows, in the state's types."""
+    fields = [schema.field(c) for c in job.key_columns]
+    fields.append(pa.field(WINDOW_START, pa.int64()))
+    fields += [pa.field(a.name, schema.field(a.name).type.value_type) for a in job.aggregations]
+    return pa.schema(fields).empty_table()
+
+
+def _size(job: Job) -> int:
+    assert job.window is not None
+    return job.window.size_ms
+
+
+def _merge_key_group(
+    job: Job, watermark_ms: int, state: pa.Table, part: pa.Table
+) -> tuple[pa.Table, pa.Table, pa.Table | None] | None:
+    """(delta, new state, emitted rows) of one key group, or None when nothing changes."""
+    assert job.window is not None
+    keys = list(job.key_columns)
+    size = job.window.size_ms
+    names = [a.name for a in job.aggregations]
+    # keys of the input in first-appearance order (the partials are sorted by first position)
+    part_lookup = chunks.lookup_key(part, keys)
+    part_keys = pc.unique(part_lookup)
+    touched = np.zeros(state.num_rows, dtype=bool)
+    if state.num_rows:
+        state_lookup = chunks.lookup_key(state, keys)
+        first = pc.list_element(state.column(WINDOW_START), 0).to_numpy(zero_copy_only=False)
+        touched = first + size <= watermark_ms
+        if len(part_keys):
+            touched |= np.asarray(pc.is_in(state_lookup, part_keys).to_numpy(False), dtype=bool)
+        known = pc.is_in(part_keys, state_lookup)
+    else:
+        known = pa.array(np.zeros(len(part_keys), dtype=bool))
+    old_rows = state.filter(pa.array(touched))
+    first_rows = np.unique(
+        pc.index_in(part_lookup, part_keys).to_numpy(zero_copy_only=False), return_index=True
+    )[1]
+    new_keys = part.take(pa.array(first_rows)).select(keys).filter(pc.invert(known))
+    touched_keys = pa.concat_tables(
+        [old_rows.select(keys), new_keys.cast(old_rows.select(keys).schema)]
+    )
+    if not touched_keys.num_rows:
+        return None
+    # (code, window) rows: the touched keys' open windows, then the epoch's partials
+    starts = old_rows.column(WINDOW_START).combine_chunks()
+    old_codes = pc.list_parent_indices(starts).to_numpy()
+    part_codes = pc.index_in(part_lookup, chunks.lookup_key(touched_keys, keys)).to_numpy()
+    rows = {
+        _CODE: np.concatenate([old_codes, part_codes]).astype(np.int64),
+        WINDOW_START: pa.concat_arrays([pc.list_flatten(starts), _array(part, WINDOW_START)]),
+        _NEW: np.concatenate(
+            [np.zeros(len(old_codes), np.int8), np.ones(len(part_codes), np.int8)]
+        ),
+    }
+    for a in job.aggregations:
+        values = pc.list_flatten(old_rows.column(a.name).combine_chunks())
+        rows[a.name] = pa.concat_arrays([values, _array(part, a.name).cast(values.type)])
+    specs = [(n, _combine_function(a)) for n, a in zip(names, job.aggregations, strict=True)]
+    grouped = (
+        pa.table(rows)
+        .group_by([_CODE, WINDOW_START], use_threads=False)
+        .aggregate([*specs, (_NEW, "max")])
+        .sort_by([(_CODE, "ascending"), (WINDOW_START, "ascending")])
+    )
+    codes = grouped.column(_CODE).to_numpy()
+    window_starts = grouped.column(WINDOW_START).to_numpy()
+    values = {
+        a.name: grouped.column(f"{a.name}_{_combine_function(a)}").combine_chunks()
+        for a in job.aggregations
+    }
+    closing = window_starts + size <= watermark_ms
+    if job.window.output_mode == "append":
+        emit = closing
+    else:
+        emit = np.asarray(grouped.column(f"{_NEW}_max").to_numpy(), dtype=bool) & ~closing
+    emitted = None
+    if emit.any():
+        mask = pa.array(emit)
+        emitted = touched_keys.take(pa.array(codes[emit]))
+        emitted = emitted.append_column(WINDOW_START, pa.array(window_starts[emit]))
+        emitted = emitted.append_column(WINDOW_END, pa.array(window_starts[emit] + size))
+        for name, column in values.items():
+            emitted = emitted.append_column(name, column.filter(mask))
+    # the open windows left, as one list per key
+    keep = ~closing
+    left_codes = codes[keep]
+    counts = np.bincount(left_codes, minlength=touched_keys.num_rows)
+    offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
+    delta = touched_keys
+    schema = state.schema
+    delta = delta.append_column(
+        schema.field(WINDOW_START),
+        pa.ListArray.from_arrays(offsets, pa.array(window_starts[keep], pa.int64())),
+    )
+    mask = pa.array(keep)
+    for a in job.aggregations:
+        field = schema.field(a.name)
+        flat = values[a.name].filter(mask).cast(field.type.value_type)
+        delta = delta.append_column(field, pa.ListArray.from_arrays(offsets, flat))
+    flags = counts == 0
+    delta = chunks.with_deleted(delta, flags)
+    new_state = chunks.apply_delta(state, delta, keys)
+    return delta, new_state, emitted
+
+
+def _array(table: pa.Table, column: str) -> pa.Array:
+    values = table.column(column)
+    return values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
