@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,8 +23,8 @@ from runners.engine.eventtime.watermark import (
 from runners.engine.eventtime.windows import drop_late
 from runners.engine.sources import DeadLetter, Split
 
-if TYPE_CHECKING:
-    from runners.engine.job import Job
+#: a `runners.engine.job.Job` (not imported: the job module imports this package)
+Job = Any
 
 
 @dataclass
@@ -115,7 +115,10 @@ def after_epoch(
     doc["spec"] = job.event_time.describe()
     if job.window is not None:
         doc["window"] = job.window.describe()
-    return {EXTRA: doc}, {"late_records": total.late}
+    stats = {"late_records": total.late}
+    if value != NO_WATERMARK:  # the control plane's index keeps the stats: lag, charts
+        stats["watermark_ms"] = value
+    return {EXTRA: doc}, stats
 
 
 def merged(reports: Sequence[TaskEventTime | None]) -> TaskEventTime | None:

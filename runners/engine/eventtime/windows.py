@@ -42,7 +42,9 @@ from runners.engine.sources import DeadLetter, Split
 
 if TYPE_CHECKING:
     from runners.engine.aggregations import Aggregation
-    from runners.engine.job import Job
+
+#: a `runners.engine.job.Job` (not imported: the job module imports this one)
+Job = Any
 
 WINDOW_START = "window_start"
 WINDOW_END = "window_end"
@@ -312,7 +314,7 @@ def _empty_part(job: Job, schema: pa.Schema) -> pa.Table:
 
 def _size(job: Job) -> int:
     assert job.window is not None
-    return job.window.size_ms
+    return int(job.window.size_ms)
 
 
 def _merge_key_group(
