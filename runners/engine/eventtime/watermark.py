@@ -17,7 +17,7 @@ so with the optional hook ``watermark_partition(partition) -> str``; a source wi
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -101,11 +101,11 @@ class Watermark:
     applied: int = NO_WATERMARK
     #: per watermark partition: the largest event time read and the processing time of the
     #: last epoch that brought it records
-    partitions: Mapping[str, tuple[int, int]] = ()  # type: ignore[assignment]
+    partitions: Mapping[str, tuple[int, int]] = field(default_factory=dict)
     #: records of the epoch dropped as late (later than `applied`)
     late: int = 0
     #: per key group with open windows: the end of its earliest one (windows.py)
-    due: Mapping[int, int] = ()  # type: ignore[assignment]
+    due: Mapping[int, int] = field(default_factory=dict)
     #: M the key groups of `due` belong to
     max_parallelism: int = 0
 

@@ -184,10 +184,6 @@ def _dead(
 # -- partial aggregation per (key, window) -----------------------------------------------
 
 
-def _hash_function(a: Aggregation) -> str:
-    return "count_all" if a.kind == "count" else a.kind
-
-
 def _combine_function(a: Aggregation) -> str:
     return "sum" if a.kind == "count" else a.kind
 
@@ -207,24 +203,28 @@ def partial(job: Job, table: pa.Table, watermark_ms: int) -> pa.Table:
     if not keep.all():
         rows, starts = rows[keep], starts[keep]
     keys = [*job.key_columns, KG]
-    columns = {c: table.column(c) for c in keys}
+    key_codes = pc.dictionary_encode(chunks.lookup_key(table, job.key_columns)).indices
+    taken = pa.array(rows)
+    columns: dict[str, tuple[pa.Array, str]] = {}
     for a in job.aggregations:
-        if a.column is not None:
-            columns[a.column] = table.column(a.column)
-    columns[SEQ] = table.column(SEQ)
-    expanded = pa.table(columns).take(pa.array(rows))
-    expanded = expanded.append_column(WINDOW_START, pa.array(starts, pa.int64()))
-    specs: list[tuple[Any, str]] = [
-        ([] if a.kind == "count" else a.column, _hash_function(a)) for a in job.aggregations
-    ]
-    grouped = expanded.group_by([*keys, WINDOW_START], use_threads=False).aggregate(
-        [*specs, (SEQ, "min")]
+        if a.kind == "count":
+            values = pa.array(np.ones(len(rows), dtype=np.int64))
+        else:
+            values = _array(table, a.column).take(taken)
+            if a.kind == "sum":  # as pyarrow's sum: 64-bit integers or doubles
+                wide = pa.int64() if pa.types.is_integer(values.type) else pa.float64()
+                values = values.cast(wide)
+        columns[a.name] = (values, _combine_function(a))
+    columns[SEQ] = (_array(table, SEQ).take(taken), "min")
+    codes = np.asarray(key_codes.to_numpy(zero_copy_only=False), dtype=np.int64)[rows]
+    _, window_starts, _, combined, firsts = _group_windows(
+        window.slide_ms, codes, starts, np.zeros(len(rows), dtype=np.int8), columns
     )
-    out = {c: grouped.column(c) for c in [*keys, WINDOW_START]}
-    for a, (_, fn) in zip(job.aggregations, specs, strict=True):
-        out[a.name] = grouped.column("count_all" if a.kind == "count" else f"{a.column}_{fn}")
-    out[SEQ] = grouped.column(f"{SEQ}_min")
-    return pa.table(out)
+    out = table.select(keys).take(pa.array(rows[firsts]))
+    out = out.append_column(WINDOW_START, pa.array(window_starts, pa.int64()))
+    for name, column in combined.items():
+        out = out.append_column(name, column)
+    return out
 
 
 def combine(job: Job, partials: pa.Table) -> pa.Table:
@@ -324,7 +324,6 @@ def _merge_key_group(
     assert job.window is not None
     keys = list(job.key_columns)
     size = job.window.size_ms
-    names = [a.name for a in job.aggregations]
     # keys of the input in first-appearance order (the partials are sorted by first position)
     part_lookup = chunks.lookup_key(part, keys)
     part_keys = pc.unique(part_lookup)
@@ -362,24 +361,13 @@ def _merge_key_group(
     for a in job.aggregations:
         values = pc.list_flatten(old_rows.column(a.name).combine_chunks())
         rows[a.name] = pa.concat_arrays([values, _array(part, a.name).cast(values.type)])
-    specs = [(n, _combine_function(a)) for n, a in zip(names, job.aggregations, strict=True)]
-    grouped = (
-        pa.table(rows)
-        .group_by([_CODE, WINDOW_START], use_threads=False)
-        .aggregate([*specs, (_NEW, "max")])
-        .sort_by([(_CODE, "ascending"), (WINDOW_START, "ascending")])
-    )
-    codes = grouped.column(_CODE).to_numpy()
-    window_starts = grouped.column(WINDOW_START).to_numpy()
-    values = {
-        a.name: grouped.column(f"{a.name}_{_combine_function(a)}").combine_chunks()
-        for a in job.aggregations
-    }
+    codes, window_starts, changed, values, _ = _group_windows(
+        job.window.slide_ms,
+        rows[_CODE], np.asarray(rows[WINDOW_START].to_numpy(), dtype=np.int64), rows[_NEW],
+        {a.name: (rows[a.name], _combine_function(a)) for a in job.aggregations},
+    )  # fmt: skip
     closing = window_starts + size <= watermark_ms
-    if job.window.output_mode == "append":
-        emit = closing
-    else:
-        emit = np.asarray(grouped.column(f"{_NEW}_max").to_numpy(), dtype=bool) & ~closing
+    emit = closing if job.window.output_mode == "append" else changed & ~closing
     emitted = None
     if emit.any():
         mask = pa.array(emit)
@@ -408,6 +396,43 @@ def _merge_key_group(
     delta = chunks.with_deleted(delta, flags)
     new_state = chunks.apply_delta(state, delta, keys)
     return delta, new_state, emitted
+
+
+def _group_windows(
+    slide: int,
+    codes: np.ndarray,
+    starts: np.ndarray,
+    new: np.ndarray,
+    columns: dict[str, tuple[pa.Array, str]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, pa.Array], np.ndarray]:
+    """Rows combined per (code, window start), sorted by both: (codes, starts, whether any row
+    was new, each column combined by its function — sum, min or max; null when every value of
+    the group is null —, the index of each group's first row). numpy over one stable sort: a
+    hash aggregation's fixed cost per call would dominate the many small key groups."""
+    # one int64 sort key: windows of a group are slides apart (the sort is deterministic for
+    # the same rows, whatever the parallelism or routing that brought them)
+    slots = (starts - starts.min(initial=0)) // slide if len(starts) else starts
+    order = np.argsort(codes * (int(slots.max(initial=0)) + 1) + slots)
+    codes, starts = codes[order], starts[order]
+    edge = np.ones(len(codes), dtype=bool)
+    edge[1:] = (codes[1:] != codes[:-1]) | (starts[1:] != starts[:-1])
+    first = np.flatnonzero(edge)
+    if not len(first):
+        empty = {name: column.slice(0, 0) for name, (column, _) in columns.items()}
+        return codes, starts, new.astype(bool)[:0], empty, first
+    combined = {}
+    for name, (column, function) in columns.items():
+        column = column.take(pa.array(order))
+        valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+        numeric = np.iinfo if pa.types.is_integer(column.type) else np.finfo
+        dtype = column.type.to_pandas_dtype()
+        identity = {"sum": 0, "min": numeric(dtype).max, "max": numeric(dtype).min}[function]
+        values = np.asarray(column.fill_null(identity).to_numpy(), dtype=dtype)
+        reduce = {"sum": np.add, "min": np.minimum, "max": np.maximum}[function]
+        present = np.logical_or.reduceat(valid, first)
+        combined[name] = pa.array(reduce.reduceat(values, first), mask=~present, type=column.type)
+    changed = np.maximum.reduceat(new[order], first).astype(bool)
+    return codes[first], starts[first], changed, combined, order[first]
 
 
 def _array(table: pa.Table, column: str) -> pa.Array:
