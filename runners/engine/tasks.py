@@ -25,6 +25,7 @@ from runners.engine.exchange import MapShare
 from runners.engine.hashing import key_groups, owners
 from runners.engine.job import Job
 from runners.engine.keygroups import key_group_range
+from runners.engine.output import CHUNK_REFS, DEAD_LETTER_SCHEMA, OUTPUT_KIND
 from runners.engine.routing import Piece
 from runners.engine.sources import DeadLetter, Split, SplitData
 from runners.engine.state import EpochContext, KeyedState, epoch_seed
@@ -35,18 +36,7 @@ KG = "_kg"
 SEQ = "_seq"  # (split index << 40) + row: a record's position in the epoch's input
 STATE = "_state"
 EXPIRES = "_expires"
-OUTPUT_KIND = b"epochal.output"
-CHUNK_REFS = "chunk_refs"
 NO_EVENT_TIME = eventtime.EpochEventTime()
-DEAD_LETTER_SCHEMA = pa.schema(
-    [
-        ("source", pa.string()),
-        ("partition", pa.string()),
-        ("offset", pa.int64()),
-        ("reason", pa.string()),
-        ("raw", pa.string()),
-    ]
-)
 
 
 @dataclass(frozen=True)

@@ -9,9 +9,9 @@ minus the delay, never moving backwards. A partition that brought no record for
 ``withIdleness``). The next epoch applies that value, so a replay, a rescale, a rollback or a
 fork (which carry the document along) see the same watermark sequence as the original run.
 
-Partitions are the source's own (a Kafka partition, a Redis or RabbitMQ stream) when it says
-so with the optional hook ``watermark_partition(partition) -> str``; a source without the hook
-(a directory of files read in order, a generator) is one ordered stream.
+Partitions are the source's own (a Kafka partition) when it says so with the optional
+capability `sources.PartitionsEventTime` (``watermark_partition(partition) -> str``); a source
+without it (a directory of files read in order, a generator) is one ordered stream.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from runners.engine.sources import PartitionsEventTime
 
 #: the manifest's ``extra`` key holding the event-time document
 EXTRA = "event_time"
@@ -87,8 +89,9 @@ def merge_maxima(reports: Iterable[Mapping[str, int]]) -> dict[str, int]:
 
 def logical_partition(source: Any, partition: str) -> str:
     """The watermark partition a source partition belongs to (see the module docstring)."""
-    hook = getattr(source, "watermark_partition", None)
-    return str(hook(partition)) if callable(hook) else ""
+    if isinstance(source, PartitionsEventTime):
+        return source.watermark_partition(partition)
+    return ""
 
 
 @dataclass(frozen=True)
