@@ -227,7 +227,19 @@ def dead_letters(points: Sequence[EpochPoint]) -> dict[str, Any]:
             "marker": {"color": "#dc2626"},
         }
     ]
-    layout = _epochs(_layout("Dead letters per epoch", showlegend=False))
+    late = any(p.late_records for p in points)
+    if late:  # event-time jobs: the dead letters later than the watermark, beside them
+        data.append(
+            {
+                "type": "bar",
+                "name": "late (behind the watermark)",
+                "x": _epoch_axis(points),
+                "y": [p.late_records for p in points],
+                "hovertext": _epoch_text(points),
+                "marker": {"color": "#f59e0b"},
+            }
+        )
+    layout = _epochs(_layout("Dead letters per epoch", showlegend=late))
     if not any(p.dead_letters for p in points):
         # nothing to draw: say so instead of an empty 0 to 1 grid
         layout["xaxis"]["visible"] = False

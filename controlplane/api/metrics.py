@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -233,6 +234,18 @@ class DatabaseCollector(Collector):
             "job's head commit.",
             labels=[JOB_LABEL, "application"],
         )
+        watermark_lag = GaugeMetricFamily(
+            "epochal_job_watermark_lag_seconds",
+            "Wall time minus the event-time watermark of the job's head commit (event-time "
+            "jobs: manifest stat watermark_ms).",
+            labels=[JOB_LABEL, "application"],
+        )
+        late = GaugeMetricFamily(
+            "epochal_job_late_records",
+            "Records the job's head epoch dropped as later than its watermark.",
+            labels=[JOB_LABEL, "application"],
+        )
+        now = time.time()
         by_location = {(apps[j[2]][1], j[3]): j for j in jobs if j[2] in apps}
         for _id, name, app_id, branch, _state, _p in jobs:
             head = heads.get((app_id, branch))
@@ -262,11 +275,17 @@ class DatabaseCollector(Collector):
             if behind is not None:
                 sink_lag.add_metric([name, app], behind)
                 sink_lag_s.add_metric([name, app], _number(stats, "sink_lag_s") or 0.0)
+            watermark = _number(stats, "watermark_ms")
+            if watermark is not None:
+                watermark_lag.add_metric([name, app], now - watermark / 1000)
+                late.add_metric([name, app], _number(stats, "late_records") or 0.0)
         yield lag_epochs
         yield lag_records
         yield sink_lag
         yield sink_lag_s
         yield edge_lag
+        yield watermark_lag
+        yield late
 
     def _operations(self) -> Iterator[Metric]:
         counts = {

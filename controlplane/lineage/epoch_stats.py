@@ -9,7 +9,7 @@ that moment minus the manifest's `created_at` (written just before the compare-a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from controlplane.applications.models import Application
 from controlplane.lineage.errors import UnknownRevisionError
@@ -38,6 +38,24 @@ class EpochPoint:
     #: seconds since the oldest of them was committed); None: the job has no such sink
     sink_lag_epochs: int | None = None
     sink_lag_s: float | None = None
+    #: event-time jobs: records dropped as late, and the watermark after the epoch (ms)
+    late_records: int = 0
+    watermark_ms: int | None = None
+
+    @property
+    def watermark_at(self) -> datetime | None:
+        """The watermark as an instant (UTC)."""
+        if self.watermark_ms is None:
+            return None
+        return datetime.fromtimestamp(self.watermark_ms / 1000, tz=UTC)
+
+    @property
+    def watermark_lag_s(self) -> float | None:
+        """How far the watermark trailed the commit's wall time (None: no watermark)."""
+        if self.watermark_ms is None:
+            return None
+        at = self.committed_at or self.created_at
+        return at.timestamp() - self.watermark_ms / 1000
 
     @property
     def commit_latency_ms(self) -> float | None:
@@ -84,6 +102,8 @@ def _point(s: SnapshotSummary, committed_at: datetime | None) -> EpochPoint:
         process_s=float(process) if isinstance(process, int | float) else None,
         sink_lag_epochs=int(lag) if isinstance(lag, int | float) else None,
         sink_lag_s=float(lag_s) if isinstance(lag_s, int | float) else None,
+        late_records=_int(stats, "late_records"),
+        watermark_ms=_int(stats, "watermark_ms") if "watermark_ms" in stats else None,
     )
 
 

@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import pyarrow as pa
 
@@ -51,6 +52,8 @@ class MapShare:
     records_in: int = 0
     dead_letters: list[DeadLetter] = field(default_factory=list)
     map_s: float = 0.0
+    #: event-time jobs: what the map saw (eventtime.TaskEventTime)
+    event_time: Any = None
 
 
 def exchange_root(master: str | None) -> str | None:

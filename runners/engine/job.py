@@ -9,6 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runners.engine.aggregations import Aggregation
+from runners.engine.eventtime.watermark import EventTime, EventTimeError
+from runners.engine.eventtime.windows import Window
+from runners.engine.eventtime.windows import check as check_window
 from runners.engine.sinks import Sink
 from runners.engine.sources import Source
 from runners.engine.state import EpochContext, KeyedState
@@ -44,6 +47,11 @@ class Job:
     #: destinations outside the store each epoch's output is committed to (`sinks.Sink`:
     #: prepare, commit, committed and a name of their own)
     sinks: Sequence[Sink] = ()
+    #: the event-time column and allowed delay: each epoch records its watermark
+    #: (runners.engine.eventtime)
+    event_time: EventTime | None = None
+    #: tumbling or sliding event-time windows of the aggregations (needs `event_time`)
+    window: Window | None = None
 
     def __post_init__(self) -> None:
         self.sinks = list(self.sinks)
@@ -72,6 +80,10 @@ class Job:
             raise JobError(f"time_mode must be 'wall' or 'logical', not {self.time_mode!r}")
         if not self.key_columns:
             raise JobError(f"job {self.name!r}: key names no column")
+        try:
+            check_window(self)
+        except EventTimeError as exc:
+            raise JobError(str(exc)) from None
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -85,6 +97,10 @@ class Job:
     def config_hash(self) -> str:
         doc = {"name": self.name, "key": list(self.key_columns), "config": self.config}
         doc["aggregate"] = [a.name for a in self.aggregations]
+        if self.event_time is not None:  # a job without them keeps its hash
+            doc["event_time"] = self.event_time.describe()
+        if self.window is not None:
+            doc["window"] = self.window.describe()
         raw = json.dumps(doc, sort_keys=True, default=str).encode()
         return hashlib.sha256(raw).hexdigest()
 
@@ -95,4 +111,6 @@ class Job:
         for a in self.aggregations:
             if a.column is not None and a.column not in cols:
                 cols.append(a.column)
+        if self.event_time is not None and self.event_time.column not in cols:
+            cols.append(self.event_time.column)
         return cols

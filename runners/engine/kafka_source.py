@@ -348,6 +348,11 @@ class KafkaSource:
             consumer.unassign()
         return got
 
+    def watermark_partition(self, partition: str) -> str:
+        """Each Kafka partition holds an event-time job's watermark back on its own
+        (sources.PartitionsEventTime)."""
+        return partition
+
     def read(self, split: Split, required: Sequence[str] = ()) -> SplitData:
         """The records of the split; `required` fields (the job's key columns) must be
         present and non-null, as the source's own `required`."""

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from runners import config
-from runners.engine import exchange
+from runners.engine import eventtime, exchange
 from runners.engine import routing as routes
 from runners.engine.crash import crash_spec, maybe_crash
 from runners.engine.exchange import MapShare
@@ -288,10 +288,11 @@ class EpochRunner:
         if isinstance(source, PreparesEpochs):
             source.prepare_epoch(opening.control, epoch)
         splits = source.plan(opening.committed)
-        if not splits:
+        p, m, parent = opening.parallelism, opening.max_parallelism, opening.parent
+        timing = eventtime.plan_epoch(self.job, parent)  # the watermark the parent recorded
+        if not splits and not timing.due:  # (windows due without input: a no-data epoch)
             self.stopped_reason = "no new data"
             return None
-        p, m, parent = opening.parallelism, opening.max_parallelism, opening.parent
         executors = self.executors.resize(p)  # none on local[n]
         ranges = [(r.start, r.end) for r in key_group_ranges(p, m)]
         for sink in self.job.sinks:  # e.g. open Kafka producers while the tasks run
@@ -312,8 +313,9 @@ class EpochRunner:
             crash=self.crash,
             driver_pid=os.getpid(),
             compaction_ratio=self.compaction_ratio,
+            event_time=timing,
         )
-        route, pieces = self._route(tasks, splits)
+        route, pieces = self._route(tasks, splits) if splits else ("scan", [])
         return PlannedEpoch(opening, tasks, splits, route, pieces, executors, started)
 
     def _epoch_clock(self, parent: Manifest | None, epoch: int) -> int:
@@ -383,6 +385,11 @@ class EpochRunner:
             else end_offsets(opening.committed, planned.splits)
         )
         stats = self._stats(planned, executed, offsets[source.name])
+        watermark, late = eventtime.after_epoch(  # recorded here, applied by the next epoch
+            self.job, parent, plan.event_time, (r.event_time for r in results),
+            plan.processing_time_ms, plan.max_parallelism,
+        )  # fmt: skip
+        stats.update(late)
         commit_started = time.perf_counter()  # commit_ms: writing the manifest and the CAS
         stats["process_s"] = round(commit_started - planned.started, 6)
         manifest = Manifest(
@@ -401,7 +408,7 @@ class EpochRunner:
             config_hash=self.job.config_hash,
             processing_time_ms=plan.processing_time_ms,
             stats=stats,
-            extra=self._extra(planned, executed, pending),
+            extra={**self._extra(planned, executed, pending), **watermark},
         )
         self.repo.write_manifest(manifest)
         maybe_crash(self.crash, "after_manifest", plan.epoch)

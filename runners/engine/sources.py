@@ -120,6 +120,15 @@ class RecordsLineage(Protocol):
 
 
 @runtime_checkable
+class PartitionsEventTime(Protocol):
+    """Names the watermark partition of each source partition (a Kafka partition, a stream):
+    an event-time job's watermark is the minimum over them (runners/engine/eventtime). A
+    source without it is one ordered stream."""
+
+    def watermark_partition(self, partition: str) -> str: ...
+
+
+@runtime_checkable
 class Divisible(Protocol):
     """Cuts a split into up to `parts` contiguous pieces covering it in order (the split
     routing reads them in parallel); without it a split is read whole."""
@@ -135,6 +144,7 @@ CAPABILITIES: tuple[type, ...] = (
     ReportsBacklogRecords,
     RecordsLineage,
     Divisible,
+    PartitionsEventTime,
 )
 
 

@@ -39,6 +39,9 @@ MigrationFn = Callable[[pa.Table], pa.Table]
 
 #: kinds `new_branch_commit` makes (epochs and migrations have their own paths)
 BRANCH_COMMIT_KINDS: Final = frozenset({"fork", "rollback", "rescale", "savepoint"})
+#: what a commit of an existing snapshot's state carries of its ``extra``: the job, and its
+#: event-time document (the watermark the next epoch applies: runners/engine/eventtime)
+CARRIED_EXTRA: Final = ("job", "event_time")
 
 
 class StateOperationError(RuntimeError):
@@ -114,11 +117,9 @@ def derived_manifest(
 
 
 def _carried_extra(source: Manifest, keys: Sequence[str] | None, **more: Any) -> dict[str, Any]:
-    """The source's ``extra.job``, the key columns (None: the source's, if recorded) and
+    """The source's `CARRIED_EXTRA`, the key columns (None: the source's, if recorded) and
     `more`."""
-    extra: dict[str, Any] = {}
-    if "job" in source.extra:
-        extra["job"] = source.extra["job"]
+    extra: dict[str, Any] = {k: source.extra[k] for k in CARRIED_EXTRA if k in source.extra}
     if keys is not None:
         extra["key"] = list(keys)
     elif isinstance(source.extra.get("key"), list):

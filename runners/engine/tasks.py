@@ -17,11 +17,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runners.engine import aggregations as agg
-from runners.engine import exchange
+from runners.engine import eventtime, exchange
 from runners.engine.crash import maybe_crash
+from runners.engine.eventtime import windows as windowing
 from runners.engine.exchange import MapShare
 from runners.engine.hashing import key_groups, owners
 from runners.engine.job import Job
+from runners.engine.keygroups import key_group_range
 from runners.engine.output import CHUNK_REFS, DEAD_LETTER_SCHEMA, OUTPUT_KIND
 from runners.engine.repos import repository
 from runners.engine.routing import Piece
@@ -42,6 +44,7 @@ KG = "_kg"
 SEQ = "_seq"  # (split index << 40) + row: a record's position in the epoch's input
 STATE = "_state"
 EXPIRES = "_expires"
+NO_EVENT_TIME = eventtime.EpochEventTime()
 
 
 @dataclass(frozen=True)
@@ -60,6 +63,8 @@ class TaskPlan:
     crash: tuple[str, int] | None = None
     driver_pid: int = 0
     compaction_ratio: float = 1.0
+    #: the event time the epoch applies (eventtime.EpochEventTime: watermark, due windows)
+    event_time: eventtime.EpochEventTime = NO_EVENT_TIME
 
     def repo(self) -> Repository:
         return repository(self.store_url, self.namespace)
@@ -87,6 +92,8 @@ class ReduceResult:
     #: seconds this task's work kept a core busy: the reduce (a scan task: reading its whole
     #: share too) plus, after a shuffle, the map time of the splits homed on this task
     busy_s: float = 0.0
+    #: event-time jobs: the largest event times read, late records, earliest open windows
+    event_time: eventtime.TaskEventTime | None = None
 
 
 # -- map ---------------------------------------------------------------------------------
@@ -125,8 +132,10 @@ def _valid_rows(
     return table.filter(pc.invert(bad)), dead
 
 
-def _partial(job: Job, table: pa.Table) -> pa.Table:
+def _partial(job: Job, table: pa.Table, watermark_ms: int) -> pa.Table:
     """Per-key partial aggregates of records, columns: keys, _kg, state columns, _seq."""
+    if job.window is not None:  # per key and window
+        return windowing.partial(job, table, watermark_ms)
     keys = [*job.key_columns, KG]
     simple = [a for a in job.aggregations if a.kind not in agg.SPECIAL]
     specs = [(*a.partial(),) for a in simple] + [(SEQ, "min")]
@@ -194,6 +203,10 @@ def map_split(
     job = plan.job
     data = read_split(job.source, split, job.key_columns)
     table, dead = _valid_rows(data.table, job.key_columns, split)
+    seen = None
+    if job.event_time is not None:
+        table, late, seen = eventtime.on_read(job, plan.event_time.watermark_ms, table, split)
+        dead += late
     dead = data.dead_letters + dead
     records_in = data.table.num_rows + len(data.dead_letters)
     if job.aggregate is not None:
@@ -202,7 +215,7 @@ def map_split(
     table = _with_seq(table, split_index, first_row)
     table = table.append_column(KG, pa.array(groups, type=pa.int32()))
     if job.aggregate is not None and partial:
-        table = _partial(job, table)
+        table = _partial(job, table, plan.event_time.watermark_ms)
         groups = table.column(KG).to_numpy()
     owner = owners(np.asarray(groups), plan.parallelism, plan.max_parallelism)
     order = np.argsort(owner, kind="stable")
@@ -217,6 +230,7 @@ def map_split(
             share = MapShare(split_index, codec.encode_table(table.slice(start, n)), part)
             if task == home:
                 share.records_in, share.dead_letters = records_in, dead
+                share.event_time = seen
             shares.append((task, share))
         start += n
     map_s = time.perf_counter() - started
@@ -230,6 +244,8 @@ def map_split(
 
 def _combine(job: Job, partial: pa.Table) -> pa.Table:
     """Combine partials of several splits (a key may appear once per split)."""
+    if job.window is not None:
+        return windowing.combine(job, partial)
     keys = [*job.key_columns, KG]
     simple = [a for a in job.aggregations if a.kind not in agg.SPECIAL]
     grouped = partial.group_by(keys, use_threads=False).aggregate(
@@ -433,13 +449,14 @@ def reduce_partition(
     if tables:
         merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
         if plan.job.aggregate is not None and not partial:
-            merged = _partial(plan.job, merged)
+            merged = _partial(plan.job, merged, plan.event_time.watermark_ms)
         elif plan.job.aggregate is not None and len(tables) > 1:
             merged = _combine(plan.job, merged)
     records_in = sum(s.records_in for s in received)
     dead: list[DeadLetter] = [d for s in received for d in s.dead_letters]
     map_s = max((s.map_s for s in received), default=0.0)
     result = _reduce(plan, task, merged, records_in, dead, started, map_s)
+    result.event_time = eventtime.merged([result.event_time, *(s.event_time for s in received)])
     # Each split's map time counts once, on its home task (the one it reports records_in to).
     home_map_s = sum(s.map_s for s in received if s.split_index % plan.parallelism == task)
     result.busy_s = result.reduce_s + home_map_s
@@ -563,9 +580,15 @@ def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterat
     tables: list[pa.Table] = []
     records_in = 0
     dead: list[DeadLetter] = []
+    reports: list[eventtime.TaskEventTime | None] = []
     for index, split in enumerate(splits):
         data = read_split(job.source, split, job.key_columns)
         table, bad = _valid_rows(data.table, job.key_columns, split)
+        if job.event_time is not None:
+            table, late, seen = eventtime.on_read(job, plan.event_time.watermark_ms, table, split)
+            if index % plan.parallelism == task:
+                bad += late
+                reports.append(seen)
         if index % plan.parallelism == task:
             records_in += data.table.num_rows + len(data.dead_letters)
             dead.extend(data.dead_letters + bad)
@@ -580,9 +603,10 @@ def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterat
     if merged is not None and merged.num_rows == 0:
         merged = None
     if merged is not None and job.aggregate is not None:
-        merged = _partial(job, merged)
+        merged = _partial(job, merged, plan.event_time.watermark_ms)
     map_s = time.perf_counter() - started
     result = _reduce(plan, task, merged, records_in, dead, started, map_s)
+    result.event_time = eventtime.merged([result.event_time, *reports])
     result.busy_s = result.reduce_s  # measured from the scan's start: reading included
     yield result
 
@@ -601,8 +625,12 @@ def _reduce(
     hits0, misses0 = memory_cache.stats["hits"], memory_cache.stats["misses"]
     out_tables: list[pa.Table] = []
     restore = Restore()
+    closed = None
     with ChunkWriter(plan.repo(), compaction_ratio=plan.compaction_ratio, cache=True) as writer:
-        if merged is not None and job.aggregate is not None:
+        if job.window is not None:  # windows close also in key groups without input
+            closed, restore = _reduce_windows(plan, task, merged, writer)
+            out_tables = closed.outputs
+        elif merged is not None and job.aggregate is not None:
             restore = _reduce_aggregate(plan, merged, writer)
         elif merged is not None:
             out_tables, restore = _reduce_process(plan, merged, writer, task)
@@ -610,7 +638,7 @@ def _reduce(
     maybe_crash(plan.crash, "after_chunks", plan.epoch, plan.driver_pid)
     # the aggregate path's output rows are exactly the changed state rows: its output object
     # names where they live in this epoch's chunks instead of copying them
-    refs = writer.output_refs if job.aggregate is not None else []
+    refs = writer.output_refs if job.aggregate is not None and job.window is None else []
     outputs, output_bytes, output_rows = _write_outputs(plan, refs, out_tables, dead)
     maybe_crash(plan.crash, "after_outputs", plan.epoch, plan.driver_pid)
     return ReduceResult(
@@ -628,6 +656,7 @@ def _reduce(
         map_s=map_s,
         reduce_s=time.perf_counter() - started,
         state_read_bytes=restore.stored_bytes,
+        event_time=None if closed is None else eventtime.TaskEventTime(due=closed.due),
     )
 
 
@@ -653,3 +682,18 @@ def _write_outputs(
         payloads.append(_output_payload(dl, "dead_letters"))
     outputs = [repo.put_object("output", payload) for payload in payloads]
     return outputs, sum(len(p) for p in payloads), output_rows
+
+
+def _reduce_windows(
+    plan: TaskPlan, task: int, merged: pa.Table | None, writer: ChunkWriter
+) -> tuple[windowing.Closed, Restore]:
+    """Windowed aggregation: merge the partials per key and window, close the windows the
+    watermark passed in this task's key groups (eventtime/windows.py)."""
+    table, slices = _kg_slices(merged) if merged is not None else (None, [])
+    mine = key_group_range(task, plan.parallelism, plan.max_parallelism)
+    due = [kg for kg in plan.event_time.due if kg in mine]
+    groups = sorted({kg for kg, _, _ in slices} | set(due))
+    states, restore = _load_states(plan, groups, plan.job.key_columns)
+    watermark = plan.event_time.watermark_ms
+    closed = windowing.reduce(plan.job, watermark, table, slices, due, states, writer)
+    return closed, restore

@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import pyarrow.parquet as pq
 import pytest
 
-from runners.engine import EpochRunner, read_output
-from runners.jobs import clickstream, fraud
+from runners.engine import EpochRunner, read_dead_letters, read_output
+from runners.jobs import clickstream, fraud, pageviews
 from snapshots_store import Repository
 
 pytestmark = pytest.mark.spark
@@ -37,3 +39,27 @@ def test_fraud_velocity_alerts_bursting_cards(spark: Any, tmp_path: Path) -> Non
     assert {a["card"] for a in alerts} <= {f"card-{i:05d}" for i in range(300)}
     assert all(a["count_10m"] > fraud.MAX_COUNT or a["amount_10m_cents"] > 200_000 for a in alerts)
     assert any(a["card"] < "card-00005" for a in alerts)  # the bursting cards
+
+
+def test_pageviews_emit_final_sliding_windows_and_late_views(spark: Any, tmp_path: Path) -> None:
+    from tests.engine.windows_data import reference
+
+    data = tmp_path / "views"
+    pageviews.generate(str(data), files=4, views=800)
+    repo = Repository.open(f"file://{tmp_path}/store", "views")
+    EpochRunner(spark, pageviews.job(str(data)), repo=repo, parallelism=2).run()
+    got = read_output(repo, "main").to_pandas().rename(columns={"page": "key"})
+    frames = [
+        pq.read_table(path).to_pandas().rename(columns={"page": "key", "dwell_ms": "value"})
+        for path in sorted(data.iterdir())
+    ]
+    expected, late = reference(frames, pageviews.WINDOW_MS, pageviews.SLIDE_MS, pageviews.DELAY_MS)
+    columns = ["_epoch", "key", "window_start", "window_end", "count"]
+    order = ["_epoch", "key", "window_start"]
+    got = got.rename(columns={"sum_dwell_ms": "sum_value"}).sort_values(order)
+    pd.testing.assert_frame_equal(
+        got[[*columns, "sum_value"]].reset_index(drop=True),
+        expected[[*columns, "sum_value"]].reset_index(drop=True),
+        check_dtype=False,
+    )
+    assert sum(late) > 0 and len(read_dead_letters(repo, "main")) == sum(late)

@@ -1,0 +1,376 @@
+"""Sliding-window count/sum with a watermark in append mode: the engine against Spark
+Structured Streaming's built-in windowed aggregation, on the same input in the same process.
+
+Input: `--epochs` Parquet files of `--records` records each (one file = one epoch = one Spark
+micro-batch), keys drawn uniformly from `--keys`, event times of epoch e spread over the minute
+``[e min, (e + 1) min)`` and shifted up to the delay (10 s) earlier: out of order, never late.
+Job: windows of 60 s sliding by 30 s, watermark delay 10 s, ``count`` and ``sum(value)`` per
+key and window, append mode (one final row per key and window once the watermark passes its
+end).
+
+- ``engine``: `EpochRunner` at p = 2 over the files (``runners.engine.eventtime``), committing
+  every epoch to a snapshot store; its last epoch has no input and closes the windows the
+  input's watermark passed.
+- ``spark_windowed``: ``readStream.parquet`` (``maxFilesPerTrigger=1``) →
+  ``withWatermark("t", "10 seconds")`` → ``groupBy(window("t", "60 seconds", "30 seconds"),
+  "key").agg(count, sum)`` in append mode on the default (HDFS-backed) state store,
+  ``trigger(availableNow=True)``, a ``foreachBatch`` sink writing each batch's rows to Parquet.
+
+Figure: ``ratio_vs_spark_windowed`` = Spark's wall seconds ÷ the engine's, from the start of
+the run until its last row is durably written, per run; the verdict is the median over
+`--runs` runs (each runs both variants). Checks: the checksum of all emitted rows (key, window,
+count, sum) is equal for both variants and for a numpy reference computed from the generator's
+arrays; the engine dropped no record as late. Exit status 1 when a check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from bench.checksum import from_arrays
+from bench.datagen import key_strings
+from bench.engine import DRIVER_MEMORY, REPO_ROOT, effective_jvm
+from bench.timing import code_version
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+SIZE_MS, SLIDE_MS, DELAY_MS = 60_000, 30_000, 10_000
+EPOCH_SPAN_MS = 60_000
+BASE_TS = 1_790_000_000_000
+PARALLELISM = 2
+TARGET = 3.0
+SCHEMA = pa.schema([("key", pa.string()), ("value", pa.int64()), ("ts", pa.int64())])
+
+
+def log(message: str) -> None:
+    print(f"[bench.windows {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Input:
+    directory: Path
+    keys: int
+    records: int
+    epochs: int
+    seed: int = 5
+
+    def arrays(self, epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(key ids, values, event times) of an epoch, from its own seed."""
+        rng = np.random.default_rng([self.seed, epoch])
+        ids = rng.integers(0, self.keys, self.records)
+        values = rng.integers(0, 1_000, self.records).astype(np.int64)
+        jitter = rng.integers(0, DELAY_MS, self.records)
+        ts = BASE_TS + epoch * EPOCH_SPAN_MS + rng.integers(0, EPOCH_SPAN_MS, self.records) - jitter
+        return ids, values, ts.astype(np.int64)
+
+    def write(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        names = key_strings(self.keys)
+        for e in range(self.epochs):
+            ids, values, ts = self.arrays(e)
+            table = pa.table([names.take(pa.array(ids)), values, ts], schema=SCHEMA)
+            tmp = self.directory / f".epoch-{e:05d}.parquet"
+            pq.write_table(table, tmp, row_group_size=1 << 17)
+            os.replace(tmp, self.directory / f"epoch-{e:05d}.parquet")
+
+
+def window_checksum(key_crc: np.ndarray, starts_ms: Any, counts: Any, sums: Any) -> dict[str, int]:
+    """bench.checksum's row hash over (key, count, sum, window start in seconds)."""
+    c = from_arrays(
+        key_crc,
+        np.asarray(counts, dtype=np.int64),
+        np.asarray(sums, dtype=np.int64),
+        np.asarray(starts_ms, dtype=np.int64) // 1000,
+    )
+    return {
+        "rows": c.rows,
+        "sum_count": c.sum_count,
+        "sum_sum": c.sum_sum,
+        "sum_window_start_s": c.sum_max,
+        "row_hash": c.row_hash,
+    }
+
+
+def key_crc(keys: int) -> np.ndarray:
+    import zlib
+
+    return np.fromiter(
+        (zlib.crc32(k.encode()) for k in key_strings(keys).to_pylist()), np.int64, count=keys
+    )
+
+
+def reference_checksum(data: Input, crc: np.ndarray) -> dict[str, int]:
+    """Every (key, window) that ends at or before the final watermark, from the arrays."""
+    parts, high = [], np.iinfo(np.int64).min
+    for e in range(data.epochs):
+        ids, values, ts = data.arrays(e)
+        high = max(high, int(ts.max()))
+        last = ts // SLIDE_MS * SLIDE_MS
+        for back in range(-(-SIZE_MS // SLIDE_MS)):
+            start = last - back * SLIDE_MS
+            inside = start + SIZE_MS > ts
+            parts.append((ids[inside], start[inside], values[inside]))
+    ids = np.concatenate([p[0] for p in parts])
+    starts = np.concatenate([p[1] for p in parts])
+    values = np.concatenate([p[2] for p in parts])
+    closed = starts + SIZE_MS <= high - DELAY_MS
+    ids, starts, values = ids[closed], starts[closed], values[closed]
+    slot = (starts - BASE_TS) // SLIDE_MS + 2
+    pair = ids.astype(np.int64) * (int(slot.max()) + 1) + slot
+    uniq, inverse = np.unique(pair, return_inverse=True)
+    counts = np.bincount(inverse).astype(np.int64)
+    sums = np.bincount(inverse, weights=values).astype(np.int64)
+    first = np.zeros(len(uniq), dtype=np.int64)
+    first[inverse] = np.arange(len(inverse))
+    return window_checksum(crc[ids[first]], starts[first], counts, sums)
+
+
+def _table_checksum(table: pa.Table, names: pa.Array, crc: np.ndarray) -> dict[str, int]:
+    ids = pc.index_in(table.column("key"), value_set=names).to_numpy()
+    return window_checksum(
+        crc[ids],
+        table.column("window_start").to_numpy(),
+        table.column("count").to_numpy(),
+        table.column("sum_value").to_numpy(),
+    )
+
+
+def run_engine(
+    spark: SparkSession, data: Input, work: Path, run: int
+) -> tuple[float, pa.Table, dict[str, Any]]:
+    from runners.engine import EpochRunner, Job, read_output, sources
+    from runners.engine import aggregations as agg
+    from runners.engine.eventtime import EventTime, sliding
+    from snapshots_store import Repository
+
+    store = work / f"store-{run}"
+    shutil.rmtree(store, ignore_errors=True)
+    repo = Repository.open(f"file://{store}", "windows")
+    job = Job(
+        name="windows",
+        source=sources.ParquetDirectory(str(data.directory), max_files_per_epoch=1),
+        key="key",
+        aggregate=[agg.count(), agg.sum("value")],
+        event_time=EventTime("ts", DELAY_MS),
+        window=sliding(SIZE_MS, SLIDE_MS),
+    )
+    t0 = time.perf_counter()
+    results = EpochRunner(spark, job, repo=repo, parallelism=PARALLELISM).run()
+    seconds = time.perf_counter() - t0
+    late = sum(
+        int(m.stats.get("late_records", 0)) for _, m in repo.log("heads/main", first_parent=True)
+    )
+    detail = {
+        "epochs": len(results),
+        "epoch_s": [round(r.duration_s, 3) for r in results],
+        "late_records": late,
+    }
+    table = read_output(repo, "main")
+    shutil.rmtree(store, ignore_errors=True)
+    return seconds, table, detail
+
+
+def run_spark(
+    spark: SparkSession, data: Input, work: Path
+) -> tuple[float, pa.Table, dict[str, Any]]:
+    from pyspark.sql import functions as F
+
+    checkpoint, out = work / "spark-checkpoint", work / "spark-out"
+    for path in (checkpoint, out):
+        shutil.rmtree(path, ignore_errors=True)
+
+    def sink(batch: Any, batch_id: int) -> None:
+        batch.write.mode("overwrite").parquet(str(out / str(batch_id)))
+
+    stream = (
+        spark.readStream.schema("key STRING, value BIGINT, ts BIGINT")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(data.directory))
+        .withColumn("t", F.timestamp_millis("ts"))
+        .withWatermark("t", f"{DELAY_MS // 1000} seconds")
+        .groupBy(F.window("t", f"{SIZE_MS // 1000} seconds", f"{SLIDE_MS // 1000} seconds"), "key")
+        .agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("sum_value"))
+        .select("key", F.unix_millis("window.start").alias("window_start"), "count", "sum_value")
+    )
+    t0 = time.perf_counter()
+    query = (
+        stream.writeStream.outputMode("append")
+        .foreachBatch(sink)
+        .trigger(availableNow=True)
+        .option("checkpointLocation", str(checkpoint))
+        .queryName("bench_windows")
+        .start()
+    )
+    query.awaitTermination()
+    seconds = time.perf_counter() - t0
+    if query.exception() is not None:
+        raise RuntimeError(f"spark_windowed failed: {query.exception()}")
+    progress = sorted(query.recentProgress, key=lambda p: p["batchId"])
+    detail = {
+        "batches": len(progress),
+        "batch_s": [round(p["durationMs"]["triggerExecution"] / 1000, 3) for p in progress],
+        "rows_in": sum(int(p["numInputRows"]) for p in progress),
+    }
+    batches = [p for p in out.iterdir() if p.name.isdigit()] if out.exists() else []
+    table = pa.concat_tables([pq.read_table(str(p)) for p in batches]) if batches else None
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    if table is None:
+        table = pa.table(
+            {
+                "key": pa.array([], pa.string()),
+                "window_start": pa.array([], pa.int64()),
+                "count": pa.array([], pa.int64()),
+                "sum_value": pa.array([], pa.int64()),
+            }
+        )
+    return seconds, table, detail
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.windows", description=__doc__.split("\n")[0])
+    p.add_argument("--keys", type=int, default=1_000_000)
+    p.add_argument("--records", type=int, default=1_000_000, help="records per epoch")
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--runs", type=int, default=3, help="runs of both variants (verdict: median)")
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--work-dir", help="data and stores (kept when given)")
+    args = p.parse_args(argv)
+    for name in ("keys", "records", "epochs", "runs"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    path = os.environ.get("PYTHONPATH", "")
+    if str(REPO_ROOT) not in path.split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), path) if x)
+    keep = args.work_dir is not None
+    work = Path(args.work_dir) if keep else Path(tempfile.mkdtemp(prefix="bench-windows-"))
+    work.mkdir(parents=True, exist_ok=True)
+    load_start = os.getloadavg()
+    data = Input(work / "in", args.keys, args.records, args.epochs)
+    problems: list[str] = []
+    runs: list[dict[str, Any]] = []
+    try:
+        log(f"writing {args.epochs} epochs of {args.records:,} records over {args.keys:,} keys")
+        data.write()
+        crc = key_crc(args.keys)
+        names = key_strings(args.keys)
+        expected = reference_checksum(data, crc)
+        from runners.engine.session import build_spark_session
+
+        spark = build_spark_session(
+            master=args.master,
+            app_name="bench-windows",
+            conf={"spark.driver.memory": DRIVER_MEMORY},
+        )
+        settings = {
+            "master": args.master,
+            "driver_memory": DRIVER_MEMORY,
+            "spark_sql_shuffle_partitions": spark.conf.get("spark.sql.shuffle.partitions"),
+            "state_store": spark.conf.get("spark.sql.streaming.stateStore.providerClass"),
+            "engine_parallelism": PARALLELISM,
+            "jvm": effective_jvm(spark),
+            "spark_version": spark.version,
+        }
+        log(f"settings {settings}")
+        # warm-up, untimed: Python workers, imports and Spark's code generation of both
+        warm = Input(work / "warm", 2_000, 2_000, 2)
+        warm.write()
+        run_engine(spark, warm, work, 0)
+        run_spark(spark, warm, work)
+        for run in range(1, args.runs + 1):
+            order = ("engine", "spark_windowed") if run % 2 else ("spark_windowed", "engine")
+            figures: dict[str, Any] = {"run": run, "order": list(order)}
+            for variant in order:
+                load = os.getloadavg()
+                if variant == "engine":
+                    seconds, table, detail = run_engine(spark, data, work, run)
+                else:
+                    seconds, table, detail = run_spark(spark, data, work)
+                checksum = _table_checksum(table, names, crc)
+                figures[variant] = {
+                    "seconds": round(seconds, 3),
+                    "checksum": checksum,
+                    "loadavg_before": [round(x, 2) for x in load],
+                    **detail,
+                }
+                log(f"run {run} {variant}: {seconds:.2f} s, {checksum['rows']:,} windows")
+                if checksum != expected:
+                    problems.append(
+                        f"run {run} {variant}: checksum {checksum} != reference {expected}"
+                    )
+            if figures["engine"].get("late_records"):
+                problems.append(
+                    f"run {run} engine: {figures['engine']['late_records']} late records"
+                )
+            figures["ratio_vs_spark_windowed"] = round(
+                figures["spark_windowed"]["seconds"] / figures["engine"]["seconds"], 3
+            )
+            runs.append(figures)
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    ratio = statistics.median(r["ratio_vs_spark_windowed"] for r in runs) if runs else None
+    report = {
+        "bench": "windows",
+        "figure": "ratio_vs_spark_windowed: Spark's wall seconds / the engine's, sliding-window "
+        "count/sum with watermark, append mode, same input and micro-batches, median of runs",
+        "ratio_vs_spark_windowed": ratio,
+        "target": TARGET,
+        "met": ratio is not None and ratio >= TARGET,
+        "engine_s_median": statistics.median(r["engine"]["seconds"] for r in runs)
+        if runs
+        else None,
+        "spark_windowed_s_median": statistics.median(r["spark_windowed"]["seconds"] for r in runs)
+        if runs
+        else None,
+        "sizes": {
+            "keys": args.keys,
+            "records_per_epoch": args.records,
+            "epochs": args.epochs,
+            "window_ms": SIZE_MS,
+            "slide_ms": SLIDE_MS,
+            "delay_ms": DELAY_MS,
+        },
+        "reference_checksum": expected,
+        "checks_passed": not problems,
+        "problems": problems,
+        "settings": settings,
+        "cpus": os.cpu_count(),
+        "loadavg_start": [round(x, 2) for x in load_start],
+        "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "runs": runs,
+        **code_version(REPO_ROOT, "runners", "bench", dirty_key="tree_dirty"),
+    }
+    for problem in problems:
+        log(f"CHECK FAILED: {problem}")
+    print(json.dumps(report), flush=True)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,29 @@
+"""Event time: watermarks carried in the snapshot, and windowed aggregation (docs/engine.md,
+"Event time")."""
+
+from runners.engine.eventtime.epoch import (
+    EpochEventTime,
+    TaskEventTime,
+    after_epoch,
+    merged,
+    on_read,
+    plan_epoch,
+)
+from runners.engine.eventtime.watermark import EXTRA, NO_WATERMARK, EventTime, EventTimeError
+from runners.engine.eventtime.windows import Window, sliding, tumbling
+
+__all__ = [
+    "EXTRA",
+    "NO_WATERMARK",
+    "EpochEventTime",
+    "EventTime",
+    "EventTimeError",
+    "TaskEventTime",
+    "Window",
+    "after_epoch",
+    "merged",
+    "on_read",
+    "plan_epoch",
+    "sliding",
+    "tumbling",
+]
