@@ -24,6 +24,7 @@ from controlplane.errors import Conflict, InvalidRequest, Unprocessable
 from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase, Watch
 from controlplane.jobs.selectors import RUN_WATCH
 from controlplane.jobs.spark_conf import operator_spark_conf
+from controlplane.jobs.spark_ui import record_spark_ui, spark_ui_conf
 from runners import entry_points
 from runners.job_spec import JobSpec, JobSpecError, Resources, Toleration, new_run_id
 from runners.launcher import Launcher, LauncherError, RunHandle, RunNotFoundError
@@ -113,8 +114,11 @@ def job_spec(job: Job, *, run_id: str, parallelism: int | None = None) -> JobSpe
             fields={"job": [unusable]},
         )
     fields = _spec_fields(version.config)
-    if job.spark_conf:
-        fields["spark_conf"] = {**fields.get("spark_conf", {}), **job.spark_conf}
+    fields["spark_conf"] = {
+        **spark_ui_conf(job.name),
+        **fields.get("spark_conf", {}),
+        **job.spark_conf,
+    }
     store = job.application.store
     if store is not None and store.credentials_secret:
         fields.setdefault("store_credentials_secret", store.credentials_secret)
@@ -290,7 +294,7 @@ def run_refresh(run: Run) -> Run:
         if status.finished:
             run.finished_at = timezone.now()
         run.save(update_fields=["phase", "reason", "finished_at"])
-    return run
+    return record_spark_ui(run, lambda lines: run_logs(run, tail_lines=lines))
 
 
 def engine_stop_reason(run: Run) -> str:

@@ -32,6 +32,7 @@ from runners import entry_points
 from runners.engine.job import Job
 from runners.engine.runner import EpochRunner
 from runners.engine.session import build_spark_session
+from runners.engine.spark_ui import job_session_conf, ui_address
 from runners.engine.streams import SourceDataLostError
 from snapshots_store import Repository
 
@@ -112,7 +113,9 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
     job = load_job(args.job, job_args)
     repo = Repository.open(args.store, args.namespace)
     loaded = time.perf_counter()
-    spark = build_spark_session(master=args.master, app_name=f"epochal-{job.name}")
+    spark = build_spark_session(
+        master=args.master, app_name=f"epochal-{job.name}", conf=job_session_conf()
+    )
     session_s = time.perf_counter() - loaded
     runner = EpochRunner(
         spark,
@@ -133,6 +136,8 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
         # seconds in this process: loading the job and the store, then the SparkSession
         "load_s": round(loaded - began, 3),
         "session_s": round(session_s, 3),
+        # where the Spark UI bound (None: off); the control plane proxies it
+        "spark_ui": ui_address(spark),
     }
     print(json.dumps(started), flush=True)
     count = 0
