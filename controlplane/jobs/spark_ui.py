@@ -40,14 +40,14 @@ def proxy_path(job_name: str) -> str:
     return f"/jobs/{job_name}/spark-ui"
 
 
-def spark_ui_link(job_name: str) -> str:
-    """The proxy's address for people: `EPOCHAL_URL` (where the control plane is served,
-    default the demo's ``http://127.0.0.1:8000``) and the job's path."""
-    base = os.environ.get("EPOCHAL_URL", "http://127.0.0.1:8000").rstrip("/")
-    return f"{base}{proxy_path(job_name)}/"
+def spark_ui_link(job_name: str, base: str | None = None) -> str:
+    """The proxy's address for people: `base`, by default `EPOCHAL_URL` (where the control
+    plane is served, default the demo's ``http://127.0.0.1:8000``), and the job's path."""
+    base = base or os.environ.get("EPOCHAL_URL", "http://127.0.0.1:8000")
+    return f"{base.rstrip('/')}{proxy_path(job_name)}/"
 
 
-def run_spark_ui_text(run: Run | None) -> str:
+def run_spark_ui_text(run: Run | None, base: str | None = None) -> str:
     """Where a run's Spark UI stands, for a person: the link, or why there is none."""
     if run is None or run.phase != RunPhase.RUNNING:
         return "none (no running run)"
@@ -55,7 +55,7 @@ def run_spark_ui_text(run: Run | None) -> str:
         return "not reported yet (the driver is starting)"
     if not run.spark_ui_url:
         return "off (the version sets spark.ui.enabled to false)"
-    return spark_ui_link(run.job.name)
+    return spark_ui_link(run.job.name, base)
 
 
 def spark_ui_conf(job_name: str) -> dict[str, str]:

@@ -1,0 +1,151 @@
+"""The job file over REST: export, diff and apply, checked whole before any side effect
+(400 naming ``jobs[i].field``, 422 for what is not registered), with the roles of the
+requests it makes; applying requests the ordinary operations (audited, once)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from controlplane.audit.models import AuditEntry
+from controlplane.autoscaler.models import AutoscalePolicy
+from controlplane.jobs.models import Job
+from controlplane.operations.models import Operation
+from tests.api.conftest import Lineage
+
+pytestmark = pytest.mark.django_db
+
+Client = Callable[[str | None], APIClient]
+
+
+def _exported(client_for: Client) -> dict[str, Any]:
+    response = client_for("viewer").get("/api/job-file/")
+    assert response.status_code == 200, response.content
+    return dict(response.json())
+
+
+def test_export_is_the_jobs_and_its_own_diff_is_empty(lineage: Lineage, client_for: Client) -> None:
+    document = _exported(client_for)
+    assert document["apiVersion"] == "epochal.io/v1" and document["kind"] == "JobList"
+    [entry] = document["jobs"]
+    assert entry == {
+        "name": "clicks-main",
+        "application": "clicks",
+        "store": "",
+        "version": 1,
+        "job": lineage.version.job,
+        "branch": "main",
+        "parallelism": 2,
+        "state": "stopped",
+        "upgrade": "fork",
+        "resources": {},
+        "autoscaler": None,
+    }
+    diff = client_for("viewer").post("/api/job-file/diff/", document, format="json")
+    assert diff.status_code == 200 and diff.json() == {"changes": []}
+
+
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (lambda d: d["jobs"][0].update(parallelism=0), "jobs[0].parallelism"),
+        (lambda d: d["jobs"][0].update(parallelism="3"), "jobs[0].parallelism"),
+        (lambda d: d["jobs"][0].update(replicas=3), "jobs[0].replicas"),
+        (lambda d: d["jobs"][0].pop("branch"), "jobs[0].branch"),
+        (lambda d: d["jobs"][0].update(upgrade="in-place"), "jobs[0].upgrade"),
+        (
+            lambda d: d["jobs"][0].update(resources={"spark.jars": "x"}),
+            "jobs[0].resources.spark.jars",
+        ),
+        (lambda d: d.update(apiVersion="v0"), "apiVersion"),
+        (lambda d: d["jobs"].append(dict(d["jobs"][0])), "jobs[1].name"),
+    ],
+)
+def test_a_malformed_file_is_a_400_naming_the_field_and_changes_nothing(
+    lineage: Lineage, client_for: Client, edit: Callable[[dict[str, Any]], Any], field: str
+) -> None:
+    document = copy.deepcopy(_exported(client_for))
+    document["jobs"][0]["parallelism"] = 3  # a change the file would make if it were valid
+    edit(document)
+    for path in ("/api/job-file/diff/", "/api/job-file/apply/"):
+        response = client_for("operator").post(path, document, format="json")
+        assert response.status_code == 400, response.content
+        assert field in response.json()["error"]["fields"], response.json()
+    assert not Operation.objects.exists()
+    assert Job.objects.get(name="clicks-main").parallelism == 2
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "says"),
+    [
+        ("application", "nope", "no registered application"),
+        ("version", 9, "has no version 9"),
+        ("job", "another-job", "runs registered job"),
+        ("store", "elsewhere", "moving it is a migrate operation"),
+        ("branch", "exp", "never change"),
+        ("resources", {"spark.executor.memory": "2g"}, "change with a fork"),
+    ],
+)
+def test_what_is_not_registered_or_cannot_change_is_a_422(
+    lineage: Lineage, client_for: Client, name: str, value: Any, says: str
+) -> None:
+    document = copy.deepcopy(_exported(client_for))
+    document["jobs"][0].update({name: value, "parallelism": 3})
+    response = client_for("operator").post("/api/job-file/apply/", document, format="json")
+    assert response.status_code == 422, response.content
+    assert says in response.json()["error"]["message"]
+    assert list(response.json()["error"]["fields"]) == [f"jobs[0].{name}"]
+    assert not Operation.objects.exists()
+
+
+def test_apply_needs_an_operator_diff_a_viewer(lineage: Lineage, client_for: Client) -> None:
+    document = _exported(client_for)
+    document["jobs"][0]["parallelism"] = 3
+    assert client_for(None).post("/api/job-file/diff/", document, format="json").status_code == 401
+    refused = client_for("viewer").post("/api/job-file/apply/", document, format="json")
+    assert refused.status_code == 403
+    assert not Operation.objects.exists()
+
+
+def test_apply_requests_the_operations_once_and_sets_the_policy(
+    lineage: Lineage, client_for: Client
+) -> None:
+    document = copy.deepcopy(_exported(client_for))
+    entry = document["jobs"][0]
+    entry["parallelism"] = 4
+    entry["autoscaler"] = {"mode": "recommend", "min_parallelism": 2, "max_parallelism": 6}
+    new = {**entry, "name": "clicks-exp", "branch": "exp", "parallelism": 1, "autoscaler": None}
+    document["jobs"].append(new)
+
+    diff = client_for("viewer").post("/api/job-file/diff/", document, format="json").json()
+    assert [(c["job"], c["field"], c["request"]) for c in diff["changes"]] == [
+        ("clicks-main", "autoscaler", "autoscaler"),
+        ("clicks-main", "parallelism", "rescale"),
+        ("clicks-exp", "job", "create"),
+    ]
+    assert not Job.objects.filter(name="clicks-exp").exists()  # a diff changes nothing
+
+    operator = client_for("operator")
+    first = operator.post("/api/job-file/apply/", document, format="json")
+    assert first.status_code == 200, first.content
+    outcomes = {(o["job"], o["request"]): o for o in first.json()["outcomes"]}
+    rescale = outcomes[("clicks-main", "rescale")]
+    assert rescale["outcome"] == "requested"
+    operation = Operation.objects.get(pk=rescale["operation"])
+    assert operation.kind == "rescale" and operation.params["parallelism"] == 4
+    assert operation.requested_by.username == "operator" and operation.requested_via == "api"
+    assert AuditEntry.objects.filter(action="operation.rescale", outcome="requested").exists()
+    policy = AutoscalePolicy.objects.get(job__name="clicks-main")
+    assert (policy.mode, policy.min_parallelism, policy.max_parallelism) == ("recommend", 2, 6)
+    created = Job.objects.get(name="clicks-exp")
+    assert (created.branch, created.parallelism, created.desired_state) == ("exp", 1, "stopped")
+
+    again = operator.post("/api/job-file/apply/", document, format="json").json()["outcomes"]
+    assert [(o["request"], o["outcome"], o["operation"]) for o in again] == [
+        ("rescale", "already requested", str(operation.pk))
+    ]
+    assert Operation.objects.count() == 1
