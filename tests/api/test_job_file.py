@@ -49,56 +49,58 @@ def test_export_is_the_jobs_and_its_own_diff_is_empty(lineage: Lineage, client_f
     assert diff.status_code == 200 and diff.json() == {"changes": []}
 
 
-@pytest.mark.parametrize(
-    ("edit", "field"),
-    [
-        (lambda d: d["jobs"][0].update(parallelism=0), "jobs[0].parallelism"),
-        (lambda d: d["jobs"][0].update(parallelism="3"), "jobs[0].parallelism"),
-        (lambda d: d["jobs"][0].update(replicas=3), "jobs[0].replicas"),
-        (lambda d: d["jobs"][0].pop("branch"), "jobs[0].branch"),
-        (lambda d: d["jobs"][0].update(upgrade="in-place"), "jobs[0].upgrade"),
-        (
-            lambda d: d["jobs"][0].update(resources={"spark.jars": "x"}),
-            "jobs[0].resources.spark.jars",
-        ),
-        (lambda d: d.update(apiVersion="v0"), "apiVersion"),
-        (lambda d: d["jobs"].append(dict(d["jobs"][0])), "jobs[1].name"),
-    ],
-)
+MALFORMED: list[tuple[Callable[[dict[str, Any]], Any], str]] = [
+    (lambda d: d["jobs"][0].update(parallelism=0), "jobs[0].parallelism"),
+    (lambda d: d["jobs"][0].update(parallelism="3"), "jobs[0].parallelism"),
+    (lambda d: d["jobs"][0].update(replicas=3), "jobs[0].replicas"),
+    (lambda d: d["jobs"][0].pop("branch"), "jobs[0].branch"),
+    (lambda d: d["jobs"][0].update(upgrade="in-place"), "jobs[0].upgrade"),
+    (
+        lambda d: d["jobs"][0].update(resources={"spark.jars": "x"}),
+        "jobs[0].resources.spark.jars",
+    ),
+    (lambda d: d.update(apiVersion="v0"), "apiVersion"),
+    (lambda d: d["jobs"].append(dict(d["jobs"][0])), "jobs[1].name"),
+]
+
+
 def test_a_malformed_file_is_a_400_naming_the_field_and_changes_nothing(
-    lineage: Lineage, client_for: Client, edit: Callable[[dict[str, Any]], Any], field: str
+    lineage: Lineage, client_for: Client
 ) -> None:
-    document = copy.deepcopy(_exported(client_for))
-    document["jobs"][0]["parallelism"] = 3  # a change the file would make if it were valid
-    edit(document)
-    for path in ("/api/job-file/diff/", "/api/job-file/apply/"):
-        response = client_for("operator").post(path, document, format="json")
-        assert response.status_code == 400, response.content
-        assert field in response.json()["error"]["fields"], response.json()
+    exported = _exported(client_for)
+    for edit, field in MALFORMED:
+        document = copy.deepcopy(exported)
+        document["jobs"][0]["parallelism"] = 3  # a change the file would make if it were valid
+        edit(document)
+        for path in ("/api/job-file/diff/", "/api/job-file/apply/"):
+            response = client_for("operator").post(path, document, format="json")
+            assert response.status_code == 400, (field, response.content)
+            assert field in response.json()["error"]["fields"], response.json()
     assert not Operation.objects.exists()
     assert Job.objects.get(name="clicks-main").parallelism == 2
 
 
-@pytest.mark.parametrize(
-    ("name", "value", "says"),
-    [
-        ("application", "nope", "no registered application"),
-        ("version", 9, "has no version 9"),
-        ("job", "another-job", "runs registered job"),
-        ("store", "elsewhere", "moving it is a migrate operation"),
-        ("branch", "exp", "never change"),
-        ("resources", {"spark.executor.memory": "2g"}, "change with a fork"),
-    ],
-)
+UNUSABLE: list[tuple[str, Any, str]] = [
+    ("application", "nope", "no registered application"),
+    ("version", 9, "has no version 9"),
+    ("job", "another-job", "runs registered job"),
+    ("store", "elsewhere", "moving it is a migrate operation"),
+    ("branch", "exp", "never change"),
+    ("resources", {"spark.executor.memory": "2g"}, "change with a fork"),
+]
+
+
 def test_what_is_not_registered_or_cannot_change_is_a_422(
-    lineage: Lineage, client_for: Client, name: str, value: Any, says: str
+    lineage: Lineage, client_for: Client
 ) -> None:
-    document = copy.deepcopy(_exported(client_for))
-    document["jobs"][0].update({name: value, "parallelism": 3})
-    response = client_for("operator").post("/api/job-file/apply/", document, format="json")
-    assert response.status_code == 422, response.content
-    assert says in response.json()["error"]["message"]
-    assert list(response.json()["error"]["fields"]) == [f"jobs[0].{name}"]
+    exported = _exported(client_for)
+    for name, value, says in UNUSABLE:
+        document = copy.deepcopy(exported)
+        document["jobs"][0].update({name: value, "parallelism": 3})
+        response = client_for("operator").post("/api/job-file/apply/", document, format="json")
+        assert response.status_code == 422, (name, response.content)
+        assert says in response.json()["error"]["message"]
+        assert list(response.json()["error"]["fields"]) == [f"jobs[0].{name}"]
     assert not Operation.objects.exists()
 
 

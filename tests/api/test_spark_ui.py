@@ -224,3 +224,18 @@ def test_the_proxy_needs_a_viewer_and_says_why_there_is_no_ui(lineage: Any, clie
     assert client.get("/jobs/no-such-job/spark-ui/").status_code == 404
     assert client.head("/jobs/clicks-main/spark-ui/").status_code == 404
     assert client.delete("/jobs/clicks-main/spark-ui/").status_code == 405
+
+    page = client.get("/jobs/clicks-main/")
+    assert page.status_code == 200 and b'data-testid="spark-ui-link"' not in page.content
+    Run.objects.create(
+        job=lineage.job,
+        run_id="r1",
+        runner="local",
+        parallelism=2,
+        spec={},
+        phase=RunPhase.RUNNING,
+        spark_ui_url="http://localhost:41234",
+    )
+    page = client.get("/jobs/clicks-main/")
+    assert b'data-testid="spark-ui-link"' in page.content
+    assert b'href="/jobs/clicks-main/spark-ui/"' in page.content

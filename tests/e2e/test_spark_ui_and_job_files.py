@@ -24,7 +24,10 @@ import yaml
 
 from tests.e2e.harness import ControlPlane, wait_for
 
-pytestmark = [pytest.mark.services, pytest.mark.spark]
+# a job start and a live rescale: minutes on a loaded machine. The default suite covers the
+# same through the demo (tests/controlplane: the Spark UI link opened through the proxy) and
+# the CLI and REST tests of the job file (tests/cli, tests/api).
+pytestmark = [pytest.mark.services, pytest.mark.spark, pytest.mark.slow]
 
 JOB = "clicks-main"
 
