@@ -28,8 +28,8 @@ from typing import Any, Final
 
 import yaml
 
+from controlplane.api.views.autoscaler import POLICY_PATCH
 from controlplane.applications.models import JOB_NAME_PATTERN, MAX_PARALLELISM_LIMIT, NAME_PATTERN
-from controlplane.autoscaler.models import AutoscalePolicy
 from controlplane.errors import InvalidRequest
 from controlplane.jobs.spark_conf import spark_conf_schema
 from controlplane.patterns import SchemaValidator
@@ -63,11 +63,7 @@ JOB_SCHEMA: Final[dict[str, Any]] = {
         "state": {"type": "string", "enum": list(STATES)},
         "upgrade": {"type": "string", "enum": list(UPGRADES)},
         "resources": spark_conf_schema(),
-        "autoscaler": {
-            "type": ["object", "null"],
-            "properties": {name: {} for name in AutoscalePolicy.FIELDS},
-            "additionalProperties": False,
-        },
+        "autoscaler": {"oneOf": [{"type": "null"}, POLICY_PATCH]},
     },
     "required": ["name", "application", "version", "branch", "parallelism"],
     "additionalProperties": False,
@@ -83,6 +79,14 @@ DOCUMENT_SCHEMA: Final[dict[str, Any]] = {
     "additionalProperties": False,
 }
 _VALIDATOR: Final = SchemaValidator(DOCUMENT_SCHEMA)
+
+
+def openapi_schema() -> dict[str, Any]:
+    """`DOCUMENT_SCHEMA` as OpenAPI 3.0 says it (no null type: a nullable policy)."""
+    job = {**JOB_SCHEMA, "properties": dict(JOB_SCHEMA["properties"])}
+    job["properties"]["autoscaler"] = {**POLICY_PATCH, "nullable": True}
+    jobs = {**DOCUMENT_SCHEMA["properties"]["jobs"], "items": job}
+    return {**DOCUMENT_SCHEMA, "properties": {**DOCUMENT_SCHEMA["properties"], "jobs": jobs}}
 
 
 @dataclass(frozen=True)

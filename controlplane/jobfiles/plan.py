@@ -21,13 +21,14 @@ already requested (its operation still active) is not requested again.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db import transaction
 
 from controlplane.applications.models import Application, ApplicationVersion
+from controlplane.autoscaler.decision import Policy
 from controlplane.autoscaler.models import AutoscalePolicy
 from controlplane.autoscaler.services import policy_set
 from controlplane.errors import Conflict, UnusableRequest
@@ -128,7 +129,7 @@ def _policy(job: Job) -> dict[str, Any] | None:
     return None if row is None else {name: getattr(row, name) for name in row.FIELDS}
 
 
-def _policy_change(entry: JobEntry, job: Job | None) -> Change | None:
+def _policy_change(index: int, entry: JobEntry, app: Application, job: Job | None) -> Change | None:
     if not entry.has_autoscaler:
         return None
     current = None if job is None else _policy(job)
@@ -137,6 +138,18 @@ def _policy_change(entry: JobEntry, job: Job | None) -> Change | None:
         if current is None or current["mode"] == "off":
             return None
         return Change(entry.name, AUTOSCALER, current["mode"], None, AUTOSCALER, {"mode": "off"})
+    merged = {**(current or {}), **wanted}
+    problems = Policy(**{**asdict(Policy()), **merged}).problems()
+    if merged.get("max_parallelism", 0) > app.max_parallelism:
+        problems["max_parallelism"] = f"at most the application's M={app.max_parallelism}"
+    if problems:
+        fields = {f"jobs[{index}].autoscaler.{k}": [f"must be {v}"] for k, v in problems.items()}
+        raise UnusableRequest(
+            f"jobs[{index}].autoscaler: the policy's fields do not fit together: "
+            + "; ".join(f"{k} must be {v}" for k, v in sorted(problems.items())),
+            code="job_file_unusable",
+            fields=fields,
+        )
     if current is not None and all(current.get(k) == v for k, v in wanted.items()):
         return None
     return Change(entry.name, AUTOSCALER, current, wanted, AUTOSCALER, dict(wanted))
@@ -173,7 +186,7 @@ def entry_changes(index: int, entry: JobEntry) -> list[Change]:
     job = Job.objects.select_related("version").filter(name=entry.name).first()
     if job is None:
         changes = [Change(entry.name, "job", None, entry.name, CREATE, entry.to_dict())]
-        policy = _policy_change(entry, None)
+        policy = _policy_change(index, entry, app, None)
         if entry.state == "running":
             changes.append(Change(entry.name, "state", "stopped", "running", "start"))
         return changes + ([policy] if policy else [])
@@ -192,7 +205,7 @@ def entry_changes(index: int, entry: JobEntry) -> list[Change]:
             "change with a fork (its spark_conf), not in place",
         )
     changes: list[Change] = []
-    policy = _policy_change(entry, job)
+    policy = _policy_change(index, entry, app, job)
     if policy is not None:
         changes.append(policy)
     if version.pk != job.version_id:

@@ -21,7 +21,7 @@ from controlplane.jobfiles import document
 from controlplane.jobfiles.plan import apply, export, plan
 
 TAGS = ["job files"]
-_FILE_BODY = {"application/json": document.DOCUMENT_SCHEMA}
+_FILE_BODY = {"application/json": document.openapi_schema()}
 _REFUSALS = {
     400: error("The file is not a job file: the fields it names (jobs[i].field) are wrong."),
     422: error(
