@@ -34,6 +34,11 @@ urlpatterns = [
     path("jobs/<str:name>/checkpoints/", jobs.job_checkpoints_view, name="job-checkpoints"),
     path("jobs/<str:name>/spark-ui/", spark_ui.spark_ui, name="spark-ui"),
     path("jobs/<str:name>/spark-ui/<path:rest>", spark_ui.spark_ui, name="spark-ui-path"),
+    path(
+        "jobs/<str:name>/savepoint-schedule/",
+        jobs.job_savepoint_schedule,
+        name="job-savepoint-schedule",
+    ),
     path("jobs/<str:name>/<str:kind>/", actions.job_action, name="job-action"),
     path("applications/<str:app>/", applications.application_detail, name="application"),
     path(
