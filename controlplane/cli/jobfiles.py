@@ -40,17 +40,19 @@ def _run_diff(args: argparse.Namespace, console: Console) -> int:
 
 def _run_apply(args: argparse.Namespace, console: Console) -> int:
     outcomes = apply(_entries(args.file), user=None, via="cli")
+    status = 1 if any(o.outcome == "refused" for o in outcomes) else 0  # the rest was made
     if console.as_json:
         console.json([outcome.to_dict() for outcome in outcomes])
-        return 0
+        return status
     for outcome in outcomes:
         operation = f" (operation {outcome.operation})" if outcome.operation else ""
-        console.line(f"{outcome.change.describe()}: {outcome.outcome}{operation}")
+        detail = f": {outcome.detail}" if outcome.detail else ""
+        console.line(f"{outcome.change.describe()}: {outcome.outcome}{operation}{detail}")
     if not outcomes:
         console.line("no changes: the jobs are as the file says")
     elif any(o.outcome == "waits" for o in outcomes):
         console.note("a job has an operation running: apply the file again when it ends")
-    return 0
+    return status
 
 
 def _export_arguments(parser: argparse.ArgumentParser) -> None:

@@ -31,7 +31,7 @@ from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.autoscaler.decision import Policy
 from controlplane.autoscaler.models import AutoscalePolicy
 from controlplane.autoscaler.services import policy_set
-from controlplane.errors import Conflict, UnusableRequest
+from controlplane.errors import Conflict, EpochalError, UnusableRequest
 from controlplane.jobfiles.document import JobEntry
 from controlplane.jobs.models import DesiredState, Job, JobState
 from controlplane.jobs.services import job_create
@@ -75,15 +75,23 @@ class Change:
 @dataclass(frozen=True)
 class Outcome:
     """What `apply` did with one change: ``requested``, ``already requested`` (an active
-    operation does it), ``done`` (a job created, a policy set) or ``waits`` (for the job's
-    operation to end: apply again)."""
+    operation does it), ``done`` (a job created, a policy set), ``waits`` (for the job's
+    operation to end: apply again) or ``refused`` (the operation's kind refused it now, e.g.
+    the job's state; `detail` says why)."""
 
     change: Change
     outcome: str
     operation: str | None = None
+    #: why a kind refused the request (outcome ``refused``)
+    detail: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.change.to_dict(), "outcome": self.outcome, "operation": self.operation}
+        return {
+            **self.change.to_dict(),
+            "outcome": self.outcome,
+            "operation": self.operation,
+            "detail": self.detail,
+        }
 
 
 def _refuse(index: int, name: str, message: str) -> UnusableRequest:
@@ -184,7 +192,21 @@ def entry_changes(index: int, entry: JobEntry) -> list[Change]:
     """The changes one job of the file asks for (422 when it names what is not registered)."""
     app, version = _registered(index, entry)
     job = Job.objects.select_related("version").filter(name=entry.name).first()
+    if entry.parallelism > app.max_parallelism:
+        raise _refuse(
+            index,
+            "parallelism",
+            f"at most the application's max parallelism M={app.max_parallelism}",
+        )
     if job is None:
+        taken = Job.objects.filter(application=app, branch=entry.branch).first()
+        if taken is not None:
+            raise _refuse(
+                index,
+                "branch",
+                f"branch {entry.branch!r} of {app.name} already has job {taken.name!r} "
+                "(one job per branch): name that job, or another branch",
+            )
         changes = [Change(entry.name, "job", None, entry.name, CREATE, entry.to_dict())]
         policy = _policy_change(index, entry, app, None)
         if entry.state == "running":
@@ -296,6 +318,9 @@ def apply(
             )
         except Conflict:
             outcomes.append(Outcome(change, "waits"))
+            continue
+        except EpochalError as exc:  # the kind's own refusal (the file was checked whole)
+            outcomes.append(Outcome(change, "refused", detail=exc.message))
             continue
         requested.add(job.name)
         outcomes.append(Outcome(change, "requested", str(done.operation.pk)))

@@ -89,6 +89,7 @@ UNUSABLE: list[tuple[str, Any, str]] = [
     ("branch", "exp", "never change"),
     ("resources", {"spark.executor.memory": "2g"}, "change with a fork"),
     ("autoscaler", {"min_parallelism": 9, "max_parallelism": 4}, "do not fit together"),
+    ("parallelism", 9, "at most the application's max parallelism M=8"),
 ]
 
 
@@ -98,7 +99,7 @@ def test_what_is_not_registered_or_cannot_change_is_a_422(
     exported = _exported(client_for)
     for name, value, says in UNUSABLE:
         document = copy.deepcopy(exported)
-        document["jobs"][0].update({name: value, "parallelism": 3})
+        document["jobs"][0].update({"parallelism": 3, name: value})
         response = client_for("operator").post("/api/job-file/apply/", document, format="json")
         assert response.status_code == 422, (name, response.content)
         assert says in response.json()["error"]["message"]
@@ -124,6 +125,11 @@ def test_apply_requests_the_operations_once_and_sets_the_policy(
     entry["parallelism"] = 4
     entry["autoscaler"] = {"mode": "recommend", "min_parallelism": 2, "max_parallelism": 6}
     new = {**entry, "name": "clicks-exp", "branch": "exp", "parallelism": 1, "autoscaler": None}
+    taken = copy.deepcopy(document)
+    taken["jobs"].append({**new, "branch": "main"})  # main has clicks-main: one job per branch
+    refused = client_for("operator").post("/api/job-file/apply/", taken, format="json")
+    assert refused.status_code == 422 and "jobs[1].branch" in refused.json()["error"]["fields"]
+    assert not Operation.objects.exists() and not AutoscalePolicy.objects.exists()
     document["jobs"].append(new)
 
     diff = client_for("viewer").post("/api/job-file/diff/", document, format="json").json()
