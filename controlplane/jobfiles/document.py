@@ -28,8 +28,8 @@ from typing import Any, Final
 
 import yaml
 
-from controlplane.api.views.autoscaler import POLICY_PATCH
 from controlplane.applications.models import JOB_NAME_PATTERN, MAX_PARALLELISM_LIMIT, NAME_PATTERN
+from controlplane.autoscaler.schema import POLICY_PATCH
 from controlplane.errors import InvalidRequest
 from controlplane.jobs.spark_conf import spark_conf_schema
 from controlplane.patterns import SchemaValidator
