@@ -255,7 +255,15 @@ def plan(entries: Iterable[JobEntry]) -> list[Change]:
 
 
 def _active_same(job: Job, change: Change) -> Operation | None:
-    """The job's active operation when it already does `change`."""
+    """The job's active operation when it already does `change` (a fork: the application's
+    active fork creating the same branch)."""
+    if change.request == "fork":
+        return Operation.objects.filter(
+            application_id=job.application_id,
+            kind="fork",
+            target_branch=change.params["branch"],
+            state__in=ACTIVE_STATES,
+        ).first()
     active = Operation.objects.filter(job=job, state__in=ACTIVE_STATES).first()
     if active is None or active.kind != change.request:
         return None

@@ -160,3 +160,58 @@ def test_apply_requests_the_operations_once_and_sets_the_policy(
         ("rescale", "already requested", str(operation.pk))
     ]
     assert Operation.objects.count() == 1
+
+
+def test_a_new_version_is_rolled_out_by_a_fork_then_a_hotswap(
+    lineage: Lineage, client_for: Client
+) -> None:
+    from controlplane.applications.services import version_create
+
+    v2 = version_create(application=lineage.application, job=lineage.version.job, code_version="v2")
+    document = copy.deepcopy(_exported(client_for))
+    document["jobs"][0].update(version=2, upgrade="hotswap")
+    diff = client_for("viewer").post("/api/job-file/diff/", document, format="json").json()
+    assert diff["changes"] == [
+        {
+            "job": "clicks-main",
+            "field": "version",
+            "current": 1,
+            "wanted": 2,
+            "request": "fork",
+            "params": {
+                "snapshot": "main",
+                "branch": "main-v2",
+                "job_name": "clicks-main-v2",
+                "version": 2,
+                "parallelism": 2,
+                "start": True,
+            },
+        }
+    ]
+    [outcome] = (
+        client_for("operator")
+        .post("/api/job-file/apply/", document, format="json")
+        .json()["outcomes"]
+    )
+    assert (outcome["request"], outcome["outcome"]) == ("fork", "requested"), outcome
+    fork = Operation.objects.get(pk=outcome["operation"])
+    assert (fork.kind, fork.params["version_id"], fork.target_branch) == ("fork", v2.pk, "main-v2")
+    again = client_for("operator").post("/api/job-file/apply/", document, format="json").json()
+    assert [o["outcome"] for o in again["outcomes"]] == ["already requested"]
+    # once the fork's job runs (and the old one), the same file asks for the hotswap
+    old = Job.objects.get(name="clicks-main")
+    Job.objects.filter(pk=old.pk).update(desired_state="running")
+    fork.state = "succeeded"
+    fork.save(update_fields=["state"])
+    Job.objects.create(
+        name="clicks-main-v2",
+        application=old.application,
+        version=old.application.versions.get(number=2),
+        branch="main-v2",
+        state="running",
+        desired_state="running",
+    )
+    diff = client_for("viewer").post("/api/job-file/diff/", document, format="json").json()
+    assert [(c["request"], c["params"]) for c in diff["changes"]] == [
+        ("hotswap", {"new_job": "clicks-main-v2"})
+    ]
