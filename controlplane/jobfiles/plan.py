@@ -37,6 +37,8 @@ from controlplane.jobs.models import DesiredState, Job, JobState
 from controlplane.jobs.services import job_create
 from controlplane.operations.models import ACTIVE_STATES, Operation
 from controlplane.operations.services import operation_request
+from snapshots_store.errors import InvalidNameError
+from snapshots_store.names import check_branch_name
 
 CREATE = "create"
 AUTOSCALER = "autoscaler"
@@ -199,6 +201,10 @@ def entry_changes(index: int, entry: JobEntry) -> list[Change]:
             f"at most the application's max parallelism M={app.max_parallelism}",
         )
     if job is None:
+        try:
+            check_branch_name(entry.branch)
+        except InvalidNameError as exc:
+            raise _refuse(index, "branch", str(exc)) from None
         taken = Job.objects.filter(application=app, branch=entry.branch).first()
         if taken is not None:
             raise _refuse(

@@ -15,7 +15,7 @@ from rest_framework.response import Response
 
 from controlplane.accounts.roles import OPERATOR, VIEWER
 from controlplane.api.base import ApiView
-from controlplane.api.schema import error
+from controlplane.api.schema import ApiAutoSchema, error
 from controlplane.errors import InvalidRequest
 from controlplane.jobfiles import document
 from controlplane.jobfiles.plan import apply, export, plan
@@ -30,6 +30,17 @@ _REFUSALS = {
         "resources)."
     ),
 }
+
+
+class _FileBodySchema(ApiAutoSchema):
+    """The job file is the body: the schema says it is required (a request without one is
+    a 400 naming apiVersion, kind and jobs)."""
+
+    def _get_request_body(self, direction: str = "request") -> Any:
+        body = super()._get_request_body(direction)
+        if body is not None:
+            body["required"] = True
+        return body
 
 
 def _entries(request: Request) -> list[document.JobEntry]:
@@ -67,6 +78,7 @@ class JobFileView(ApiView):
 
 class JobFileDiffView(ApiView):
     write_role = VIEWER  # a diff changes nothing
+    schema = _FileBodySchema()
 
     @extend_schema(
         tags=TAGS,
@@ -80,6 +92,7 @@ class JobFileDiffView(ApiView):
 
 class JobFileApplyView(ApiView):
     write_role = OPERATOR
+    schema = _FileBodySchema()
 
     @extend_schema(
         tags=TAGS,
