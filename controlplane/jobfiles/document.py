@@ -30,7 +30,7 @@ import yaml
 
 from controlplane.applications.models import JOB_NAME_PATTERN, MAX_PARALLELISM_LIMIT, NAME_PATTERN
 from controlplane.autoscaler.schema import POLICY_PATCH
-from controlplane.errors import InvalidRequest
+from controlplane.errors import InvalidRequest, UnusableRequest
 from controlplane.jobs.spark_conf import spark_conf_schema
 from controlplane.patterns import SchemaValidator
 from controlplane.refnames import REF_PATTERN
@@ -150,16 +150,20 @@ def parse(document: Any) -> list[JobEntry]:
             )
             continue
         errors.setdefault(where, []).append(problem.message[:200])
-    if not errors:
-        names = [job["name"] for job in document["jobs"]]
-        for i, name in enumerate(names):
-            if names.index(name) != i:
-                errors[f"jobs[{i}].name"] = [f"job {name!r} is in the file twice"]
     if errors:
         raise InvalidRequest(
             "the job file is refused: " + ", ".join(sorted(errors)),
             code="job_file_invalid",
             fields=errors,
+        )
+    names = [job["name"] for job in document["jobs"]]
+    twice = {f"jobs[{i}].name": [f"job {n!r} is in the file twice"] for i, n in enumerate(names)
+             if names.index(n) != i}  # fmt: skip
+    if twice:  # well-formed (a schema cannot say it), but which of the two is meant?
+        raise UnusableRequest(
+            "the job file names a job twice: " + ", ".join(sorted(twice)),
+            code="job_file_unusable",
+            fields=twice,
         )
     return [
         JobEntry(

@@ -292,21 +292,32 @@ def apply(
         entry = by_name[change.job]
         if change.request == CREATE:
             app, version = _registered(entries.index(entry), entry)
-            with transaction.atomic():
-                job_create(
-                    name=entry.name,
-                    application=app,
-                    version=version,
-                    branch=entry.branch,
-                    parallelism=entry.parallelism,
-                    spark_conf=entry.resources,
-                    created_by=user if isinstance(user, AbstractBaseUser) else None,
-                )
+            try:
+                with transaction.atomic():
+                    job_create(
+                        name=entry.name,
+                        application=app,
+                        version=version,
+                        branch=entry.branch,
+                        parallelism=entry.parallelism,
+                        spark_conf=entry.resources,
+                        created_by=user if isinstance(user, AbstractBaseUser) else None,
+                    )
+            except EpochalError as exc:  # e.g. the name taken a moment ago
+                outcomes.append(Outcome(change, "refused", detail=exc.message))
+                continue
             outcomes.append(Outcome(change, "done"))
             continue
-        job = Job.objects.select_related("application").get(name=change.job)
+        job = Job.objects.select_related("application").filter(name=change.job).first()
+        if job is None:  # its creation was refused above
+            outcomes.append(Outcome(change, "refused", detail=f"there is no job {change.job}"))
+            continue
         if change.request == AUTOSCALER:
-            policy_set(job=job, changes=change.params, user=user, source=via)
+            try:
+                policy_set(job=job, changes=change.params, user=user, source=via)
+            except EpochalError as exc:
+                outcomes.append(Outcome(change, "refused", detail=exc.message))
+                continue
             outcomes.append(Outcome(change, "done"))
             continue
         earlier = _active_same(job, change)

@@ -61,7 +61,6 @@ MALFORMED: list[tuple[Callable[[dict[str, Any]], Any], str]] = [
     ),
     (lambda d: d.update(apiVersion="v0"), "apiVersion"),
     (lambda d: d["jobs"][0].update(autoscaler={"mode": "sometimes"}), "jobs[0].autoscaler"),
-    (lambda d: d["jobs"].append(dict(d["jobs"][0])), "jobs[1].name"),
 ]
 
 
@@ -105,6 +104,10 @@ def test_what_is_not_registered_or_cannot_change_is_a_422(
         assert says in response.json()["error"]["message"]
         fields = list(response.json()["error"]["fields"])
         assert fields and all(f.startswith(f"jobs[0].{name}") for f in fields), fields
+    twice = copy.deepcopy(exported)
+    twice["jobs"].append({**twice["jobs"][0], "branch": "exp"})
+    response = client_for("operator").post("/api/job-file/apply/", twice, format="json")
+    assert response.status_code == 422 and "jobs[1].name" in response.json()["error"]["fields"]
     assert not Operation.objects.exists()
 
 
