@@ -8,7 +8,6 @@ second start of the same run id as the same run.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -21,6 +20,7 @@ from django.utils import timezone
 from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.applications.stores import store_credentials
 from controlplane.errors import Conflict, InvalidRequest, Unprocessable
+from controlplane.jobs.events import engine_event
 from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase, Watch
 from controlplane.jobs.selectors import RUN_WATCH
 from controlplane.jobs.spark_conf import operator_spark_conf
@@ -301,13 +301,9 @@ def engine_stop_reason(run: Run) -> str:
     """The reason of the engine's last `{"event": "stopped", "reason": …}` line in the run's
     log ("no new data", "stop requested", "SIGTERM", …; "" when it printed none)."""
     for line in reversed(run_logs(run, tail_lines=200).splitlines()):
-        if line.startswith("{") and '"stopped"' in line:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict) and event.get("event") == "stopped":
-                return str(event.get("reason") or "")
+        event = engine_event(line) if '"stopped"' in line else None
+        if event is not None and event["event"] == "stopped":
+            return str(event.get("reason") or "")
     return ""
 
 

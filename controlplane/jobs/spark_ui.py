@@ -15,7 +15,6 @@ path of the UI (`upstream_path`).
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import re
 import urllib.parse
@@ -23,6 +22,7 @@ from collections.abc import Callable
 from typing import Final
 
 from controlplane.errors import InvalidRequest, NotFound
+from controlplane.jobs.events import engine_event
 from controlplane.jobs.models import Job, Run, RunPhase
 from runners.job_spec import JobSpec
 from runners.kubernetes import manifests
@@ -67,13 +67,8 @@ def reported_address(log_text: str) -> str | None:
     """The `spark_ui` of the driver's `started` event in `log_text`: the address, "" when
     the UI is off, None when the log holds no `started` event (yet)."""
     for line in log_text.splitlines():
-        if not (line.startswith("{") and '"started"' in line):
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("event") == "started":
+        event = engine_event(line) if '"started"' in line else None
+        if event is not None and event["event"] == "started":
             return str(event.get("spark_ui") or "")
     return None
 
