@@ -71,6 +71,7 @@ PARTS = (
     "limit",
     "restore",
     "large_state",
+    "spark_ui",
 )
 DRIVER_MEMORY = "4g"  # every variant's driver, the engine's and the peers' (one session)
 PARALLELISM = 2
@@ -376,6 +377,7 @@ PART_VARIANTS = {
     "limit": ("engine",),
     "restore": ("engine",),
     "large_state": ("spark_builtin", "stateless", "engine"),
+    "spark_ui": ("engine",),
 }
 
 
@@ -686,6 +688,12 @@ class Bench:
         sizes = part.QUICK_SIZES if self.quick else part.DEFAULT_SIZES
         self.extra.update(part.measure(self, _overridden(sizes, self.size_overrides, "large_")))
 
+    def spark_ui(self) -> None:
+        """An epoch with the Spark UI on vs off, in children (bench/engine_spark_ui.py)."""
+        from bench import engine_spark_ui as part
+
+        self.extra.update(part.measure(self, _link_files, _child_report))
+
 
 def _overridden(sizes: Any, overrides: dict[str, int | None], prefix: str) -> Any:
     """A part's sizes dataclass with the given `--<prefix>field` flags applied."""
@@ -990,6 +998,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warm-keys", type=int, help="keys and records of the warm-up epochs")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     p.add_argument(
+        "--spark-ui",
+        default="off",
+        choices=("off", "on"),
+        help="start the session's Spark UI (the spark_ui part's children; default off)",
+    )
+    p.add_argument(
         "--recovery-modes",
         default=",".join(engine_recovery.MODES),
         help="recovery part: which restarts to measure (warm standby, cold, node_lost)",
@@ -1086,7 +1100,10 @@ def main(argv: list[str] | None = None) -> int:
             spark = build_spark_session(
                 master=args.master,
                 app_name="bench-engine",
-                conf={"spark.driver.memory": DRIVER_MEMORY},  # the JVM's defaults otherwise
+                conf={  # the JVM's defaults otherwise
+                    "spark.driver.memory": DRIVER_MEMORY,
+                    "spark.ui.enabled": "true" if args.spark_ui == "on" else "false",
+                },
             )
             jvm = effective_jvm(spark)
             session_s = time.perf_counter() - t0
@@ -1130,6 +1147,7 @@ def main(argv: list[str] | None = None) -> int:
                     "loadavg_by_part": loads,
                     "part_wall_s": part_wall,
                     "spark_version": spark.version,
+                    "spark_ui": spark.sparkContext.uiWebUrl,
                     "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                     "quick": args.quick,
                     "row_group_rows": ROW_GROUP_ROWS,

@@ -256,6 +256,10 @@ EPOCHAL_STORE_URL = config.store_url()
 EPOCHAL_STORE_ROOTS = config.store_roots()
 # Where registered sinks may write: directories (Delta tables) and hosts (docs/sinks.md).
 EPOCHAL_SINK_ROOTS = config.store_roots("EPOCHAL_SINK_ROOTS")
+#: where the control plane is served, for links people follow (the Spark UI proxy's)
+EPOCHAL_URL = config.env("EPOCHAL_URL", "http://127.0.0.1:8000")
+#: the address Spark binds when set; a driver reporting its UI there is local
+SPARK_LOCAL_IP = config.env("SPARK_LOCAL_IP", "")
 EPOCHAL_SINK_HOSTS = config.sink_hosts()
 EPOCHAL_RUNNER = config.runner()
 EPOCHAL_SPARK_MASTER = config.spark_master()

@@ -163,8 +163,9 @@ class LocalLauncher:
         env = {**config.environment(), **self.env}
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         env["SPARK_MASTER"] = master
+        # the Spark UI (when on) binds a free port; the run's `started` event says which
         env["PYSPARK_SUBMIT_ARGS"] = pyspark_submit_args(
-            master, spec.spark_conf, spec.resources.driver_memory_mb
+            master, {"spark.ui.port": "0", **spec.spark_conf}, spec.resources.driver_memory_mb
         )
         env[RUN_ID_ENV] = spec.run_id
         env["STORE_URL"] = spec.store_url

@@ -1,7 +1,18 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from web.views import actions, applications, audit, base, jobs, lineage, operations, overview, webs
+from web.views import (
+    actions,
+    applications,
+    audit,
+    base,
+    jobs,
+    lineage,
+    operations,
+    overview,
+    spark_ui,
+    webs,
+)
 
 app_name = "web"
 urlpatterns = [
@@ -23,6 +34,8 @@ urlpatterns = [
     path("jobs/<str:name>/log/", jobs.job_log_view, name="job-log"),
     path("jobs/<str:name>/log/download/", jobs.job_log_download, name="job-log-download"),
     path("jobs/<str:name>/checkpoints/", jobs.job_checkpoints_view, name="job-checkpoints"),
+    path("jobs/<str:name>/spark-ui/", spark_ui.spark_ui, name="spark-ui"),
+    path("jobs/<str:name>/spark-ui/<path:rest>", spark_ui.spark_ui, name="spark-ui-path"),
     path(
         "jobs/<str:name>/savepoint-schedule/",
         jobs.job_savepoint_schedule,

@@ -9,6 +9,7 @@ from controlplane.api.views import (
     applications,
     audit,
     autoscaler,
+    jobfiles,
     jobs,
     lineage,
     operations,
@@ -71,6 +72,9 @@ urlpatterns = [
         name="application-operations",
     ),
     # jobs
+    path("job-file/", jobfiles.JobFileView.as_view(), name="job-file"),
+    path("job-file/diff/", jobfiles.JobFileDiffView.as_view(), name="job-file-diff"),
+    path("job-file/apply/", jobfiles.JobFileApplyView.as_view(), name="job-file-apply"),
     path("jobs/", jobs.JobListView.as_view(), name="job-list"),
     path("jobs/<str:name>/", jobs.JobDetailView.as_view(), name="job-detail"),
     path("jobs/<str:name>/runs/", jobs.JobRunListView.as_view(), name="job-runs"),

@@ -12,12 +12,19 @@ from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.cli.console import CliError, Console
 from controlplane.cli.verb import Verb
 from controlplane.jobs.models import Job
-from controlplane.jobs.selectors import job_get, job_list, job_shown_state, runs_watched_at
+from controlplane.jobs.selectors import (
+    job_current_run,
+    job_get,
+    job_list,
+    job_shown_state,
+    runs_watched_at,
+)
 from controlplane.jobs.services import (
     job_create,
     job_set_savepoint_schedule,
     version_config_errors,
 )
+from controlplane.jobs.spark_ui import run_spark_ui_text
 from controlplane.jobs.store import application_repository, branch_head
 from controlplane.operations.selectors import operation_active_for_job
 from runners import entry_points
@@ -25,11 +32,17 @@ from runners.launchers import RUNNERS
 
 
 def _jobs_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "show", nargs="?", choices=["show"], help="`jobs show NAME`: one job, with its links"
+    )
+    parser.add_argument("name", nargs="?", help="the job `show` shows")
     parser.add_argument("--application", help="only this application's jobs")
     parser.add_argument("--state", help="only jobs in this state (running, stopped, failed …)")
 
 
 def _run_jobs(args: argparse.Namespace, console: Console) -> int:
+    if args.show:
+        return _show_job(args.name, console)
     rows: list[dict[str, Any]] = []
     watched_at = runs_watched_at()
     for job in job_list(application=args.application, state=args.state):
@@ -86,9 +99,33 @@ def _run_jobs(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _show_job(name: str | None, console: Console) -> int:
+    if not name:
+        raise CliError("`epochal jobs show NAME`: name the job (`epochal jobs` lists them)", 2)
+    job = job_get(name=name)
+    run = job_current_run(job)
+    shown = job_shown_state(job, watched_at=runs_watched_at())
+    facts = {
+        "name": job.name,
+        "application": job.application.name,
+        "version": job.version.number,
+        "branch": job.branch,
+        "parallelism": job.parallelism,
+        "state": shown.state,
+        "run": run.run_id if run else None,
+        "spark_ui": run_spark_ui_text(run),
+    }
+    if console.as_json:
+        console.json(facts)
+        return 0
+    for key, value in facts.items():
+        console.line(f"{key.replace('_', ' ') + ':':13}{value}")
+    return 0
+
+
 JOBS = Verb(
     "jobs",
-    "list jobs: state, branch, parallelism, head snapshot, running operation",
+    "list jobs: state, branch, parallelism, head, operation (`jobs show NAME`: one, with links)",
     _jobs_arguments,
     _run_jobs,
 )

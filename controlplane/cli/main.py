@@ -19,13 +19,14 @@ from controlplane.errors import EpochalError
 
 def verbs() -> tuple[Verb, ...]:
     """Every verb, in the order `--help` lists them (imported once Django is set up)."""
+    from controlplane.cli.jobfiles import VERBS as JOB_FILE_VERBS
     from controlplane.cli.jobs import VERBS as JOB_VERBS
     from controlplane.cli.operations import VERBS as OPERATION_VERBS
     from controlplane.cli.store import STORE
     from controlplane.cli.stores import VERBS as STORE_VERBS
     from controlplane.cli.tokens import TOKEN
 
-    return (*JOB_VERBS, *OPERATION_VERBS, STORE, *STORE_VERBS, TOKEN)
+    return (*JOB_VERBS, *JOB_FILE_VERBS, *OPERATION_VERBS, STORE, *STORE_VERBS, TOKEN)
 
 
 def verb_named(name: str) -> Verb:

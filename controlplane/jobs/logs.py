@@ -5,10 +5,10 @@ directory locally, the driver Pod's log on Kubernetes); nothing here writes."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime
 
+from controlplane.jobs.events import engine_event
 from controlplane.jobs.models import Job, Run, RunPhase
 from controlplane.jobs.services import SHUTDOWN_REASON, run_logs
 
@@ -57,13 +57,8 @@ def abandoned_epoch(lines: list[str]) -> int | None:
     begun = committed = 0
     last_epoch: int | None = None
     for line in lines:
-        if not line.startswith("{"):
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(event, dict):
+        event = engine_event(line)
+        if event is None:
             continue
         if event.get("event") == "epoch_start":
             begun += 1

@@ -114,6 +114,10 @@ class Run(models.Model):
     # When the reconciler asked for this run's job to start again after the run stopped
     # without the control plane asking (its shutdown, a signal from outside): once per run.
     restart_requested_at = models.DateTimeField(null=True, blank=True)
+    # Where the run's Spark UI listens (``http://host:port``), as its driver reported it in
+    # its `started` event and checked against where this run's driver can be
+    # (`controlplane.jobs.spark_ui`): None until known, "" when the run has no UI.
+    spark_ui_url = models.CharField(max_length=300, null=True, blank=True)  # noqa: DJ001
 
     class Meta:
         ordering = ["-created_at"]

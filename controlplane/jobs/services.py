@@ -8,7 +8,6 @@ second start of the same run id as the same run.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -22,9 +21,11 @@ from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.applications.sinks import resolved_sinks, version_sink_errors
 from controlplane.applications.stores import store_credentials
 from controlplane.errors import Conflict, InvalidRequest, Unprocessable
+from controlplane.jobs.events import engine_event
 from controlplane.jobs.models import DesiredState, Job, JobState, Run, RunPhase, Watch
 from controlplane.jobs.selectors import RUN_WATCH
 from controlplane.jobs.spark_conf import operator_spark_conf
+from controlplane.jobs.spark_ui import record_spark_ui, spark_ui_conf
 from runners import entry_points
 from runners.job_spec import JobSpec, JobSpecError, Resources, Toleration, new_run_id
 from runners.launcher import Launcher, LauncherError, RunHandle, RunNotFoundError
@@ -118,8 +119,11 @@ def job_spec(job: Job, *, run_id: str, parallelism: int | None = None) -> JobSpe
     fields = _spec_fields(version.config)
     if version.config.get("sinks"):  # refuses to launch, naming the sink, when one is bad
         fields["sinks"] = tuple(resolved_sinks(version.config["sinks"]))
-    if job.spark_conf:
-        fields["spark_conf"] = {**fields.get("spark_conf", {}), **job.spark_conf}
+    fields["spark_conf"] = {
+        **spark_ui_conf(job.name),
+        **fields.get("spark_conf", {}),
+        **job.spark_conf,
+    }
     store = job.application.store
     if store is not None and store.credentials_secret:
         fields.setdefault("store_credentials_secret", store.credentials_secret)
@@ -295,20 +299,16 @@ def run_refresh(run: Run) -> Run:
         if status.finished:
             run.finished_at = timezone.now()
         run.save(update_fields=["phase", "reason", "finished_at"])
-    return run
+    return record_spark_ui(run, lambda lines: run_logs(run, tail_lines=lines))
 
 
 def engine_stop_reason(run: Run) -> str:
     """The reason of the engine's last `{"event": "stopped", "reason": …}` line in the run's
     log ("no new data", "stop requested", "SIGTERM", …; "" when it printed none)."""
     for line in reversed(run_logs(run, tail_lines=200).splitlines()):
-        if line.startswith("{") and '"stopped"' in line:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(event, dict) and event.get("event") == "stopped":
-                return str(event.get("reason") or "")
+        event = engine_event(line) if '"stopped"' in line else None
+        if event is not None and event["event"] == "stopped":
+            return str(event.get("reason") or "")
     return ""
 
 

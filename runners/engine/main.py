@@ -37,6 +37,7 @@ from runners.engine.job import Job
 from runners.engine.runner import EpochRunner
 from runners.engine.session import build_spark_session
 from runners.engine.sinks import Closes
+from runners.engine.spark_ui import job_session_conf, ui_address
 from runners.engine.store_faults import stop_on_store_faults
 from runners.engine.streams import SourceDataLostError
 from snapshots_store import Repository
@@ -153,7 +154,9 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
     job = with_sinks(load_job(args.job, job_args), args.sinks)
     repo = Repository.open(args.store, args.namespace)
     loaded = time.perf_counter()
-    spark = build_spark_session(master=args.master, app_name=f"epochal-{job.name}")
+    spark = build_spark_session(
+        master=args.master, app_name=f"epochal-{job.name}", conf=job_session_conf()
+    )
     session_s = time.perf_counter() - loaded
     runner = EpochRunner(
         spark,
@@ -168,8 +171,16 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
     if signalled:  # a signal arrived while Spark started
         runner.interrupt(signalled[0])
     started = {"event": "started", "branch": args.branch, "standby": standby}
-    # seconds in this process: loading the job and the store, then the SparkSession
-    _print_event({**started, "load_s": round(loaded - began, 3), "session_s": round(session_s, 3)})
+    # seconds in this process (loading the job and the store, then the SparkSession), and
+    # where the Spark UI bound (None: off): the control plane proxies it
+    _print_event(
+        {
+            **started,
+            "load_s": round(loaded - began, 3),
+            "session_s": round(session_s, 3),
+            "spark_ui": ui_address(spark),
+        }
+    )
     status = 0
     try:
         runner.run(args.max_epochs, follow=args.follow, on_event=_print_event)

@@ -80,10 +80,11 @@ def warm_up(spark: Any) -> list[int]:
     """Fork the Python workers (one task per core) with the engine's task modules imported;
     with worker reuse they stay up for the first epoch. Returns the workers' pids."""
     from runners.engine.session import build_spark_session
+    from runners.engine.spark_ui import job_session_conf
 
     # the adopted run's own build_spark_session finds this session; its first call on an
     # existing session builds the lazy session state (about 0.4 s), so pay that here
-    build_spark_session(app_name="epochal-standby")
+    build_spark_session(app_name="epochal-standby", conf=job_session_conf())
     sc = spark.sparkContext
     p = sc.defaultParallelism
     pids: list[int] = []
@@ -151,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     started = time.perf_counter()
     from runners.engine.session import build_spark_session
+    from runners.engine.spark_ui import job_session_conf
 
-    spark = build_spark_session(app_name="epochal-standby")
+    spark = build_spark_session(app_name="epochal-standby", conf=job_session_conf())
     session_s = time.perf_counter() - started
     workers = warm_up(spark)
     ready = {

@@ -25,6 +25,8 @@ DRIVER_CONTAINER: Final = "spark-driver"
 EXECUTOR_CONTAINER: Final = "spark-executor"
 DRIVER_PORT: Final = 7078
 BLOCK_MANAGER_PORT: Final = 7079
+UI_PORT: Final = 4040
+"""The Spark UI's port in the driver Pod and on its Service (the control plane proxies it)."""
 CONFIG_MOUNT: Final = "/etc/epochal"
 SPEC_FILE: Final = "job-spec.json"
 EXECUTOR_TEMPLATE_FILE: Final = "executor-pod-template.yaml"
@@ -119,6 +121,7 @@ def spark_conf(spec: JobSpec, placement: Placement) -> dict[str, str]:
             "spark.driver.bindAddress": "0.0.0.0",
             "spark.driver.port": str(DRIVER_PORT),
             "spark.driver.blockManager.port": str(BLOCK_MANAGER_PORT),
+            "spark.ui.port": str(UI_PORT),
             "spark.executor.instances": str(resources.executor_count(spec.parallelism)),
             "spark.executor.cores": str(resources.executor_cores),
             "spark.executor.memory": f"{resources.executor_memory_mb}m",
@@ -181,6 +184,7 @@ def driver_pod(spec: JobSpec, placement: Placement) -> dict[str, Any]:
         "ports": [
             {"name": "driver-rpc", "containerPort": DRIVER_PORT, "protocol": "TCP"},
             {"name": "blockmanager", "containerPort": BLOCK_MANAGER_PORT, "protocol": "TCP"},
+            {"name": "spark-ui", "containerPort": UI_PORT, "protocol": "TCP"},
         ],
         "resources": {
             "requests": {"cpu": str(resources.driver_cores), "memory": memory},
@@ -248,6 +252,7 @@ def driver_service(spec: JobSpec, placement: Placement, owner: Mapping[str, Any]
                     "port": BLOCK_MANAGER_PORT,
                     "targetPort": BLOCK_MANAGER_PORT,
                 },
+                {"name": "spark-ui", "port": UI_PORT, "targetPort": UI_PORT},
             ],
         },
     }

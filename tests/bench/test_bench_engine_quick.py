@@ -60,9 +60,10 @@ def test_bench_engine_quick(tmp_path: Path) -> None:
     require_service("Java", shutil.which("java") is not None, "install OpenJDK 17")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
-    # every part but scale and recovery, which start more Spark sessions in child processes,
-    # and restore and large_state (test_bench_engine_quick_restore_and_large_state)
-    parts = ",".join(p for p in PARTS if p not in ("scale", "recovery", *OWN_TEST_PARTS))
+    # every part but scale, recovery and spark_ui, which start more Spark sessions in child
+    # processes, and restore and large_state (test_bench_engine_quick_restore_and_large_state)
+    children = ("scale", "recovery", "spark_ui")
+    parts = ",".join(p for p in PARTS if p not in (*children, *OWN_TEST_PARTS))
     proc = subprocess.run(
         [
             sys.executable,
@@ -90,7 +91,7 @@ def test_bench_engine_quick(tmp_path: Path) -> None:
     for key in REQUIRED_KEYS:
         # the parts this test leaves out report null
         assert report[key] is not None or key.startswith(
-            ("scale", "recovery", "restore", "disk_read", "large_state")
+            ("scale", "recovery", "restore", "disk_read", "large_state", "spark_ui")
         ), key
     assert report["live_rescale_epochs_lost"] == 0
     assert sorted(set(report["live_rescale_parallelism"])) == [2, 3]
@@ -254,3 +255,22 @@ def test_a_scale_child_runs_at_the_parallelism_of_its_cores_and_a_failed_one_cou
     assert broken is None and failure is not None
     assert "the child exited 1" in failure and "--keys must be >= 1" in failure
     assert scale_child_failure(broken, failure, 1) == failure
+
+
+@pytest.mark.slow
+def test_bench_engine_spark_ui_part(tmp_path: Path) -> None:
+    """The spark_ui part: children with the UI on and off (their reports say where it bound,
+    or null), every rate listed, the ratio of the medians."""
+    require_service("Java", shutil.which("java") is not None, "install OpenJDK 17")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    env["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if x)
+    argv = [sys.executable, "-m", "bench.engine", "--quick", "--parts", "spark_ui"]
+    argv += ["--work-dir", str(tmp_path / "w")]
+    proc = subprocess.run(argv, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
+    report = json.loads([line for line in proc.stdout.splitlines() if line.strip()][-1])
+    runs = report["spark_ui_runs"]
+    assert len(runs["on"]) == len(runs["off"]) == 3 and all(runs["on"] + runs["off"]), runs
+    assert report["spark_ui_cost_ratio"] == round(
+        report["spark_ui_rps"]["off"] / report["spark_ui_rps"]["on"], 3
+    )
+    assert not [p for p in report["checksum_problems"] if "spark_ui" in p], report

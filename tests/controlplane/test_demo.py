@@ -40,6 +40,8 @@ def _demo(var_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_demo_commits_epochs_indexes_them_and_resumes_from_the_head(tmp_path: Path) -> None:
     first = _demo(tmp_path, "--input-batches", "2", "--records", "500")
     assert "start succeeded" in first.stdout, first.stdout
+    # the running job's Spark UI, through the control plane (test_demo_signals opens it)
+    assert "spark ui: http://127.0.0.1:8000/jobs/clickstream-main/spark-ui/" in first.stdout
     assert "the job has consumed all 1000 input records" in first.stdout
     assert "(2 indexed)" in first.stdout
     assert "workers stopped" in first.stdout

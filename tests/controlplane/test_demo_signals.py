@@ -12,6 +12,7 @@ import json
 import re
 import signal
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -68,6 +69,28 @@ def served_without_debug(demo: Demo) -> None:
     assert not any('"GET /static/web/app.css' in line for line in demo.lines), demo.output
 
 
+def spark_ui_served(demo: Demo) -> None:
+    """The banner's Spark UI link is the running job's UI through the control plane: after
+    the demo's login it answers with Spark's own jobs page (the proxy follows Spark's
+    redirect to it), its links pointing back through the proxy."""
+    [link] = [line.split("Spark UI:", 1)[1].strip() for line in demo.lines if "Spark UI:" in line][
+        :1
+    ]
+    assert link == f"{demo.url}/jobs/clickstream-main/spark-ui/", demo.output
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    with opener.open(f"{demo.url}/login/", timeout=30) as page:
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.read().decode())
+    assert token is not None
+    form = urllib.parse.urlencode(
+        {"username": "admin", "password": "epochal-demo", "csrfmiddlewaretoken": token[1]}
+    ).encode()
+    opener.open(f"{demo.url}/login/", data=form, timeout=30).close()
+    with opener.open(link, timeout=60) as ui:
+        html = ui.read().decode()
+        assert ui.status == 200 and ui.url.endswith("/spark-ui/jobs/"), ui.url
+    assert "Spark Jobs" in html and 'href="/jobs/clickstream-main/spark-ui/' in html, html[:500]
+
+
 def run_and_signal(var_dir: Path, signum: signal.Signals, batches: str) -> Demo:
     demo = Demo(var_dir, "--input-batches", batches, "--records", "300", "--feed-every", "2")
     try:
@@ -78,6 +101,7 @@ def run_and_signal(var_dir: Path, signum: signal.Signals, batches: str) -> Demo:
         assert "user admin, password epochal-demo" in demo.lines[banner]
         demo.wait_serving()
         served_without_debug(demo)
+        spark_ui_served(demo)
         # new input arrives every 2 s: each new epoch is printed while serving
         demo.wait_for_line("  epoch", start=banner + 1, timeout=300)
         demo.signal(signum)

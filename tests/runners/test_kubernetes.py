@@ -125,6 +125,7 @@ def test_start_creates_driver_pod_service_and_config_map(api, launcher, spec) ->
     assert container["ports"] == [
         {"name": "driver-rpc", "containerPort": 7078, "protocol": "TCP"},
         {"name": "blockmanager", "containerPort": 7079, "protocol": "TCP"},
+        {"name": "spark-ui", "containerPort": 4040, "protocol": "TCP"},
     ]
     assert container["resources"] == {
         "requests": {"cpu": "2", "memory": "2432Mi"},
@@ -165,6 +166,7 @@ def test_start_creates_driver_pod_service_and_config_map(api, launcher, spec) ->
         "spark.kubernetes.executor.useDriverPodIP": "false",
         "spark.driver.port": "7078",  # ours wins over the spec's "1"
         "spark.driver.blockManager.port": "7079",
+        "spark.ui.port": "4040",  # the Service's spark-ui port: the control plane proxies it
         "spark.executor.instances": "2",  # ceil(parallelism 3 / 2 cores)
         "spark.executor.cores": "2",
         "spark.executor.memory": "4096m",
@@ -195,6 +197,7 @@ def test_start_creates_driver_pod_service_and_config_map(api, launcher, spec) ->
         "ports": [
             {"name": "driver-rpc", "port": 7078, "targetPort": 7078},
             {"name": "blockmanager", "port": 7079, "targetPort": 7079},
+            {"name": "spark-ui", "port": 4040, "targetPort": 4040},
         ],
     }
     config_map = api.object("configmaps", NS, CM)

@@ -76,7 +76,8 @@ def test_job_runs_to_completion_in_local_mode_and_reports_succeeded(launcher, ma
     assert started["spark_master"] == "local[2]"
     assert started["pyspark_submit_args"] == (
         "--master 'local[2]' --driver-memory 1024m "
-        "--conf spark.sql.shuffle.partitions=8 pyspark-shell"
+        "--conf spark.sql.shuffle.partitions=8 "
+        "--conf spark.ui.port=0 pyspark-shell"  # the Spark UI (when on) binds a free port
     )
     assert started["pgid"] != os.getpgid(0)  # its own process group
     assert launcher.logs(handle, tail_lines=1) == "epoch 3"

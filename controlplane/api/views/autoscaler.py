@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
@@ -11,10 +11,9 @@ from rest_framework.response import Response
 from controlplane.accounts.roles import OPERATOR
 from controlplane.api.base import ApiView
 from controlplane.api.schema import error
-from controlplane.applications.models import MAX_PARALLELISM_LIMIT
 from controlplane.autoscaler import selectors, services
-from controlplane.autoscaler.decision import MODES
 from controlplane.autoscaler.models import AutoscaleDecision, AutoscalePolicy
+from controlplane.autoscaler.schema import POLICY_PATCH
 from controlplane.errors import InvalidRequest, UnusableRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.selectors import job_get
@@ -22,30 +21,6 @@ from controlplane.patterns import object_refusals
 
 TAGS = ["autoscaler"]
 MAX_DECISIONS = 200
-_WINDOW: Final = {"type": "integer", "minimum": 1, "maximum": 1000}
-POLICY_PATCH: Final = {
-    "type": "object",
-    "description": "The policy fields to change (docs/autoscaling.md); the others stay. "
-    "Each field is checked against this schema (400); how they fit together and with the "
-    "policy's other fields, and max_parallelism at most the application's M, is a 422.",
-    "properties": {
-        "mode": {"type": "string", "enum": list(MODES)},
-        "target_utilisation": {"type": "number", "minimum": 0.05, "maximum": 1.0},
-        "min_parallelism": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELISM_LIMIT},
-        "max_parallelism": {"type": "integer", "minimum": 1, "maximum": MAX_PARALLELISM_LIMIT},
-        "scale_up_window": _WINDOW,
-        "scale_down_window": _WINDOW,
-        "cooldown_epochs": {"type": "integer", "minimum": 0, "maximum": 1000},
-        "metric_window": _WINDOW,
-        "catch_up_epochs": _WINDOW,
-        "utilisation_min": {"type": "number", "minimum": 0.0, "maximum": 1.0},
-        "utilisation_max": {"type": "number", "minimum": 0.05, "maximum": 2.0},
-        "min_dwell_s": {"type": "number", "minimum": 0.0, "maximum": 86400},
-    },
-    "additionalProperties": False,
-}
-"""The PATCH body: every field `AutoscalePolicy.FIELDS` names, with the bounds
-`Policy.problems` checks (tests/security/test_schema_contract.py holds them equal)."""
 
 
 def decision_data(row: AutoscaleDecision) -> dict[str, Any]:

@@ -168,10 +168,12 @@ class Command(BaseCommand):
         try:
             self._start_job()
             self._follow_commits(seen, timeout_s=600)
+            spark_ui = self._spark_ui()
+            self.stdout.write(f"spark ui: {spark_ui}")
             call_command("reindex", application=APPLICATION, verbosity=1, stdout=self.stdout)
             if options["no_serve"]:
                 return
-            self._serve(login, seen)
+            self._serve(login, seen, spark_ui)
         except KeyboardInterrupt:
             pass  # a signal (see _on_signal): stop the jobs and the workers below
         finally:
@@ -430,7 +432,23 @@ class Command(BaseCommand):
     def _base_url(self) -> str:
         return f"http://127.0.0.1:{self.options['port']}"
 
-    def _serve(self, login: str, seen: set[str]) -> None:
+    def _spark_ui(self) -> str:
+        """The running job's Spark UI link (through the control plane), once its driver has
+        reported where the UI listens (the run watch records it; looked up here too)."""
+        from controlplane.jobs.selectors import job_current_run, job_get
+        from controlplane.jobs.services import run_refresh
+        from controlplane.jobs.spark_ui import run_spark_ui_text
+
+        run = job_current_run(job_get(name=JOB))
+        deadline = time.monotonic() + 60
+        while run is not None and run.live and run.spark_ui_url is None:
+            run = run_refresh(run)
+            if run.spark_ui_url is not None or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        return run_spark_ui_text(run, self._base_url())
+
+    def _serve(self, login: str, seen: set[str], spark_ui: str) -> None:
         port = self.options["port"]
         base = self._base_url()
         self.stdout.write(
@@ -439,6 +457,7 @@ class Command(BaseCommand):
                 f"REST API:   {base}/api/  (OpenAPI UI {base}/api/docs/)\n"
                 f"Admin:      {base}/admin/\n"
                 f"Metrics:    {base}/metrics\n"
+                f"Spark UI:   {spark_ui}\n"
                 f"CLI:        .venv/bin/epochal jobs | rescale {JOB} -p 3 | "
                 f"rollback {JOB} --to <snapshot> | log {BRANCH} --application {APPLICATION}\n"
                 f"The job keeps running; a new input file arrives every "

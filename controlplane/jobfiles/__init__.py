@@ -1,0 +1,1 @@
+"""Declarative jobs: a YAML job file, what it changes (diff) and applying it."""
