@@ -21,6 +21,7 @@ from controlplane.applications.models import (
     NAME_PATTERN,
 )
 from controlplane.jobs.models import DesiredState, JobState, RunPhase
+from controlplane.jobs.selectors import ShownState, job_shown_state
 from controlplane.jobs.spark_conf import spark_conf_schema
 from controlplane.lineage.models import COMMIT_KINDS
 from controlplane.operations.models import OperationKind, OperationState
@@ -340,12 +341,33 @@ class JobSerializer(ContextSerializer):
     state = serializers.ChoiceField(choices=JobState.choices)
     desired_state = serializers.ChoiceField(choices=DesiredState.choices)
     status_reason = serializers.CharField()
+    observed_state = serializers.SerializerMethodField(
+        help_text="The state as far as anyone knows: `state`, or `unknown` when the job should "
+        "be running but the control plane has not watched its run lately (it was down)."
+    )
+    observed_reason = serializers.SerializerMethodField(
+        help_text="Why `observed_state` is what it is (`status_reason`, or why it is unknown)."
+    )
     restarts = serializers.IntegerField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
     def get_url(self, obj: Any) -> str:
         return absolute(self.request, "job-detail", obj.name)
+
+    def get_observed_state(self, obj: Any) -> str:
+        return self._shown(obj).state
+
+    def get_observed_reason(self, obj: Any) -> str:
+        return self._shown(obj).reason
+
+    def _shown(self, job: Any) -> ShownState:
+        """The view puts the job's shown state (a detail) or when the runs were last watched
+        (`jobs.selectors.runs_watched_at`, read once for a list) in the context."""
+        shown = self.context.get("shown")
+        if shown is not None:
+            return shown  # type: ignore[no-any-return]
+        return job_shown_state(job, watched_at=self.context["watched_at"])
 
 
 @extend_schema_field(spark_conf_schema())
@@ -483,6 +505,7 @@ def job_detail_representation(job: Any, context: Mapping[str, Any]) -> dict[str,
     operation = context.get("active_operation")
     head = context.get("head")
     request = context.get("request")
+    shown = context["shown"]
     return {
         "name": str(job.name),
         "url": absolute(request, "job-detail", job.name),
@@ -494,6 +517,8 @@ def job_detail_representation(job: Any, context: Mapping[str, Any]) -> dict[str,
         "state": str(job.state),
         "desired_state": str(job.desired_state),
         "status_reason": str(job.status_reason),
+        "observed_state": shown.state,
+        "observed_reason": shown.reason,
         "restarts": int(job.restarts),
         "created_at": _iso(job.created_at),
         "updated_at": _iso(job.updated_at),

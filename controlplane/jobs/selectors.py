@@ -103,9 +103,17 @@ def job_shown_state(
 ) -> ShownState:
     """`job`'s state as far as anyone knows, given when its runs were last watched
     (`runs_watched_at`, read once for a whole list)."""
-    if job.state in WATCHED_STATES:
-        now = now or timezone.now()
-        stale = dt.timedelta(seconds=unwatched_after_s())
-        if watched_at is None or now - watched_at > stale:
-            return ShownState(UNKNOWN, CONTROL_PLANE_DOWN, watched_at)
+    if is_unwatched(str(job.state), watched_at, now=now):
+        return ShownState(UNKNOWN, CONTROL_PLANE_DOWN, watched_at)
     return ShownState(str(job.state), job.status_reason, watched_at)
+
+
+def is_unwatched(
+    state: str, watched_at: dt.datetime | None, *, now: dt.datetime | None = None
+) -> bool:
+    """Whether a job in `state` should have a live run that nothing has watched lately."""
+    if state not in WATCHED_STATES:
+        return False
+    now = now or timezone.now()
+    stale = dt.timedelta(seconds=unwatched_after_s())
+    return watched_at is None or now - watched_at > stale

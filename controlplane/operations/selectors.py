@@ -4,20 +4,27 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import Q, QuerySet
+from django.utils.dateparse import parse_datetime
 
 from controlplane.applications.models import Application, ApplicationVersion
 from controlplane.changes.keys import operation_key
 from controlplane.changes.models import Change
 from controlplane.changes.selectors import revision_subquery
 from controlplane.errors import NotFound
-from controlplane.jobs.models import Job, JobSummary, Run
-from controlplane.jobs.selectors import job_not_found
+from controlplane.jobs.models import Job, JobSummary, Run, Watch
+from controlplane.jobs.selectors import (
+    RUN_WATCH,
+    ShownState,
+    is_unwatched,
+    job_not_found,
+    job_shown_state,
+)
 from controlplane.lineage.models import Snapshot
 from controlplane.lineage.selectors import SnapshotSummary, summary_columns, summary_of_row
 from controlplane.operations.models import ACTIVE_STATES, Operation
@@ -173,6 +180,19 @@ class JobMark:
     job_id: int
     revision: int
     head: SnapshotSummary | None
+    #: the job's recorded state and when the reconciler last watched every live run: what
+    #: `jobs.selectors.job_shown_state` needs to tell `unknown` (part of the ETag)
+    state: str = ""
+    watched_at: datetime | None = None
+
+    def shown(self, job: Any) -> ShownState:
+        """The job's state as far as anyone knows (`unknown` when nobody watches its run)."""
+        return job_shown_state(job, watched_at=self.watched_at)
+
+    @property
+    def unwatched(self) -> bool:
+        """Whether the job should be running but nothing has watched its run for a while."""
+        return is_unwatched(self.state, self.watched_at)
 
 
 def job_mark(*, name: str) -> JobMark:
@@ -180,18 +200,25 @@ def job_mark(*, name: str) -> JobMark:
     finds the job unchanged (304) asks nothing else, and one that does not has the head."""
     sql = (
         f"SELECT j.id, (SELECT MAX(c.id) FROM {Change._meta.db_table} c "
-        f"WHERE c.key = %s || j.id), {summary_columns('s')} "
+        f"WHERE c.key = %s || j.id), j.state, "
+        f"(SELECT w.at FROM {Watch._meta.db_table} w WHERE w.name = %s), "
+        f"{summary_columns('s')} "
         f"FROM {Job._meta.db_table} j "
         f"LEFT JOIN {JobSummary._meta.db_table} m ON m.job_id = j.id "
         f"LEFT JOIN {Snapshot._meta.db_table} s ON s.id = m.head_id "
         "WHERE j.name = %s"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, ["job:", name])
+        cursor.execute(sql, ["job:", RUN_WATCH, name])
         row = cursor.fetchone()
     if row is None:
         raise job_not_found(name)
-    return JobMark(int(row[0]), int(row[1] or 0), summary_of_row(row[2:]))
+    watched_at = row[3]
+    if isinstance(watched_at, str):  # SQLite hands a subquery's datetime back as UTC text
+        watched_at = parse_datetime(watched_at)
+    if watched_at is not None and watched_at.tzinfo is None:  # ... or as a naive UTC one
+        watched_at = watched_at.replace(tzinfo=UTC)
+    return JobMark(int(row[0]), int(row[1] or 0), summary_of_row(row[4:]), str(row[2]), watched_at)
 
 
 OVERVIEW_KEYS = ("job:*", "operation:*")

@@ -33,6 +33,7 @@ def _both(lineage: Lineage, client: APIClient) -> tuple[dict, dict, dict]:
         "current_run": job.latest_run,  # type: ignore[attr-defined]
         "active_operation": job.active_operation,  # type: ignore[attr-defined]
         "head": mark.head,
+        "shown": mark.shown(job),
     }
     declared = dict(JobDetailSerializer(job, context=context).data)
     built = job_detail_representation(job, context)

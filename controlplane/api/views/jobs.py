@@ -34,7 +34,8 @@ from controlplane.changes.keys import job_key
 from controlplane.errors import Conflict, InvalidRequest
 from controlplane.jobs import selectors, services
 from controlplane.jobs.models import JobState
-from controlplane.operations.selectors import job_mark, job_overview
+from controlplane.jobs.selectors import runs_watched_at
+from controlplane.operations.selectors import JobMark, job_mark, job_overview
 
 TAGS = ["jobs"]
 MAX_LOG_LINES = 5000
@@ -64,7 +65,8 @@ class JobListView(ApiView):
         )
         pages = KeysetPagination(ordering="name")
         items = pages.page(jobs, request)
-        data = JobSerializer(items, many=True, context={"request": request}).data
+        context = {"request": request, "watched_at": runs_watched_at()}
+        data = JobSerializer(items, many=True, context=context).data
         return Response(pages.response_data(data))
 
     @extend_schema(
@@ -98,7 +100,8 @@ class JobListView(ApiView):
         job = services.job_create(
             application=application, version=version, created_by=request.user, **fields
         )
-        data = JobSerializer(job, context={"request": request}).data
+        context = {"request": request, "watched_at": runs_watched_at()}
+        data = JobSerializer(job, context=context).data
         return Response(data, status=201, headers={"Location": data["url"]})
 
 
@@ -106,7 +109,7 @@ class JobDetailView(ApiView):
     @extend_schema(tags=TAGS, responses={200: JobDetailSerializer})
     def get(self, request: Request, name: str) -> Response:
         mark = job_mark(name=name)
-        etag = etag_for(request, "job", mark.job_id, mark.revision)
+        etag = _job_etag(request, mark)
         if matches(request, etag):
             with watching(request) as deadline:
                 changed = deadline is not None and wait_for_change(
@@ -115,7 +118,7 @@ class JobDetailView(ApiView):
             if not changed:
                 return not_modified_after_watch(request, etag)
             mark = job_mark(name=name)
-            etag = etag_for(request, "job", mark.job_id, mark.revision)
+            etag = _job_etag(request, mark)
         kept = cached(request, etag)
         if kept is not None:
             return kept
@@ -126,8 +129,15 @@ class JobDetailView(ApiView):
             "current_run": job.latest_run,  # type: ignore[attr-defined]
             "active_operation": job.active_operation,  # type: ignore[attr-defined]
             "head": mark.head,
+            "shown": mark.shown(job),
         }
         return remember(request, tag(Response(job_detail_representation(job, ctx)), etag), etag)
+
+
+def _job_etag(request: Request, mark: JobMark) -> str:
+    """The job read's ETag: its revision, and whether its state is shown as `unknown` (which
+    changes with time, not with a revision)."""
+    return etag_for(request, "job", mark.job_id, mark.revision, "u" if mark.unwatched else "w")
 
 
 class JobRunListView(ApiView):
