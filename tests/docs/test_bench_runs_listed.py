@@ -44,7 +44,7 @@ def test_the_page_starts_with_the_current_figures() -> None:
         cells = dict(zip(columns, (c.strip() for c in row.strip("|").split("|")), strict=True))
         assert re.match(r"\d{4}-\d{2}-\d{2}", cells["date (UTC)"]), row
         assert re.search(r"\d", cells["load average"]), row
-        assert cells["verdict"] in {"met", "missed", "missed, under load", "–"}, row
+        assert cells["verdict"] in {"met", "missed", "missed, under load", "\u2013"}, row
         assert cells["target"] and cells["current"], row
     # every bench with a target has its row
     assert {r.split("|")[1].strip() for r in rows} >= {
