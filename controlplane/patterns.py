@@ -45,3 +45,19 @@ class WholeRegexField(serializers.CharField):
     def __init__(self, regex: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.validators.append(WholeRegexValidator(regex, message=f"must match {regex}"))
+
+
+def object_refusals(schema: Mapping[str, Any], body: Any) -> dict[str, list[str]]:
+    """Field -> what an object `schema` (its ``properties``, no others) refuses in `body`;
+    an empty dict when it takes it. A body that is not an object is refused as ``body``."""
+    if not isinstance(body, dict):
+        return {"body": [f"a JSON object of {sorted(schema['properties'])}"]}
+    refused: dict[str, list[str]] = {}
+    for problem in SchemaValidator(schema).iter_errors(body):
+        if problem.validator == "additionalProperties":
+            for name in sorted(set(body) - set(schema["properties"])):
+                refused.setdefault(name, []).append("unknown field")
+            continue
+        name = str(problem.absolute_path[0]) if problem.absolute_path else "body"
+        refused.setdefault(name, []).append(problem.message[:200])
+    return refused

@@ -204,3 +204,15 @@ class MigrateForm(ActionForm):
         if data["function"].strip():
             params["function"] = data["function"].strip()
         return params
+
+
+class SavepointScheduleForm(forms.Form):
+    """A job's periodic savepoints (not an operation: a setting the reconciler carries out);
+    `job_set_savepoint_schedule` checks the bounds, as for the REST API and the CLI."""
+
+    interval_s = forms.IntegerField(
+        min_value=0, label="every (seconds, 0: off)", widget=forms.NumberInput(attrs={"min": 0})
+    )
+    retention = forms.IntegerField(
+        min_value=0, label="keep the newest (0: all)", widget=forms.NumberInput(attrs={"min": 0})
+    )

@@ -21,6 +21,11 @@ urlpatterns = [
     path("jobs/<str:name>/log/", jobs.job_log_view, name="job-log"),
     path("jobs/<str:name>/log/download/", jobs.job_log_download, name="job-log-download"),
     path("jobs/<str:name>/checkpoints/", jobs.job_checkpoints_view, name="job-checkpoints"),
+    path(
+        "jobs/<str:name>/savepoint-schedule/",
+        jobs.job_savepoint_schedule,
+        name="job-savepoint-schedule",
+    ),
     path("jobs/<str:name>/<str:kind>/", actions.job_action, name="job-action"),
     path("applications/<str:app>/", applications.application_detail, name="application"),
     path(

@@ -14,6 +14,7 @@ from controlplane.api.views import (
     operations,
     registry,
     root,
+    savepoints,
     tokens,
     users,
     webs,
@@ -77,6 +78,11 @@ urlpatterns = [
         "jobs/<str:name>/autoscaler/",
         autoscaler.JobAutoscalerView.as_view(),
         name="job-autoscaler",
+    ),
+    path(
+        "jobs/<str:name>/savepoint-schedule/",
+        savepoints.JobSavepointScheduleView.as_view(),
+        name="job-savepoint-schedule",
     ),
     path(
         "jobs/<str:name>/operations/",

@@ -247,7 +247,7 @@ def _savepoints_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_savepoints(args: argparse.Namespace, console: Console) -> int:
-    from controlplane.operations.schedule import periodic_tags
+    from controlplane.operations.schedule import periodic_tags, schedule_data
 
     job = job_get(name=args.job)
     if args.every is not None or args.keep is not None:
@@ -256,17 +256,10 @@ def _run_savepoints(args: argparse.Namespace, console: Console) -> int:
             interval_s=job.savepoint_interval_s if args.every is None else args.every,
             retention=job.savepoint_retention if args.keep is None else args.keep,
         )
-    tags = periodic_tags(job)
     if console.as_json:
-        console.json(
-            {
-                "job": job.name,
-                "interval_s": job.savepoint_interval_s,
-                "retention": job.savepoint_retention,
-                "savepoints": [{"tag": name, "snapshot": sid} for name, sid in tags],
-            }
-        )
+        console.json(schedule_data(job))
         return 0
+    tags = periodic_tags(job)
     if job.savepoint_interval_s:
         keep = f"the newest {job.savepoint_retention}" if job.savepoint_retention else "all"
         console.line(

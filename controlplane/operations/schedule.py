@@ -37,6 +37,17 @@ def periodic_tags(job: Job) -> list[tuple[str, str]]:
     return sorted(found, reverse=True)  # the names end in their UTC time
 
 
+def schedule_data(job: Job) -> dict[str, object]:
+    """A job's periodic-savepoint setting and the savepoints it keeps, newest first (what the
+    CLI's `--json` and the REST `savepoint-schedule` resource show)."""
+    return {
+        "job": job.name,
+        "interval_s": job.savepoint_interval_s,
+        "retention": job.savepoint_retention,
+        "savepoints": [{"tag": name, "snapshot": sid} for name, sid in periodic_tags(job)],
+    }
+
+
 def _due(job: Job, now: dt.datetime) -> bool:
     last = (
         Operation.objects.filter(job=job, kind="savepoint", requested_via=VIA)

@@ -9,15 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runners.engine.aggregations import Aggregation
+from runners.engine.sinks import Sink
 from runners.engine.sources import Source
 from runners.engine.state import EpochContext, KeyedState
 
 ProcessFn = Callable[
     [Any, list[dict[str, Any]], KeyedState, EpochContext], Iterable[dict[str, Any]]
 ]
-
-
-SINK_METHODS = ("prepare", "commit", "committed")
 
 
 class JobError(ValueError):
@@ -43,19 +41,19 @@ class Job:
     config: Mapping[str, Any] = field(default_factory=dict)
     time_mode: str = "wall"
     logical_epoch_ms: int = 1000
-    #: destinations outside the store each epoch's output is committed to: objects with the
-    #: methods of `sinks.Sink` (prepare, commit, committed) and a name of their own
-    sinks: Sequence[Any] = ()
+    #: destinations outside the store each epoch's output is committed to (`sinks.Sink`:
+    #: prepare, commit, committed and a name of their own)
+    sinks: Sequence[Sink] = ()
 
     def __post_init__(self) -> None:
         self.sinks = list(self.sinks)
         for sink in self.sinks:
-            if not all(callable(getattr(sink, m, None)) for m in SINK_METHODS):
+            if not isinstance(sink, Sink):
                 raise JobError(
                     f"job {self.name!r}: sink {sink!r} lacks prepare/commit/committed "
                     "(runners.engine.sinks.Sink)"
                 )
-        sink_names = [getattr(s, "name", None) for s in self.sinks]
+        sink_names = [s.name for s in self.sinks]
         if len(set(sink_names)) != len(sink_names):
             raise JobError(f"job {self.name!r}: sinks {sink_names} share a name: give each its own")
         if (self.aggregate is None) == (self.process is None):

@@ -140,7 +140,7 @@ class KafkaSink:
 
     def start_epoch(self, namespace: str, branch: str, epoch: int,
                     ranges: list[tuple[int, int]]) -> None:  # fmt: skip
-        """Optional runner hook, before the epoch's tasks: create the epoch's producers in
+        """Capability `sinks.StartsEpochs`, before the epoch's tasks: create the producers in
         the background (``init_transactions`` costs a round trip to the coordinator each)."""
         runtime = self.runtime
         for first, last in ranges:

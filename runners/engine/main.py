@@ -25,13 +25,13 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import asdict
 from typing import Any
 
 from runners import entry_points
 from runners.engine.job import Job
 from runners.engine.runner import EpochRunner
 from runners.engine.session import build_spark_session
+from runners.engine.sinks import Closes
 from runners.engine.streams import SourceDataLostError
 from snapshots_store import Repository
 
@@ -60,10 +60,7 @@ def load_job(name: str, job_args: Mapping[str, Any] | None = None) -> Job:
     return job
 
 
-def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
-    """Run the job; `standby` says a warm standby driver took this run over (its session was
-    up before the run started: runners/engine/standby.py)."""
-    began = time.perf_counter()
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m runners.engine.main")
     parser.add_argument(
         "--job", required=True, help="name of a job registered in entry-point group epochal.jobs"
@@ -90,6 +87,18 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
         default=1.0,
         help="seconds between polls of the source (--follow) or of a paused job's control",
     )
+    return parser
+
+
+def _print_event(event: dict[str, Any]) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
+    """Run the job; `standby` says a warm standby driver took this run over (its session was
+    up before the run started: runners/engine/standby.py)."""
+    began = time.perf_counter()
+    parser = _parser()
     args = parser.parse_args(argv)
     if args.poll_interval <= 0:
         parser.error("--poll-interval must be > 0")
@@ -126,46 +135,23 @@ def main(argv: list[str] | None = None, *, standby: bool = False) -> int:
     )
     if signalled:  # a signal arrived while Spark started
         runner.interrupt(signalled[0])
-    started = {
-        "event": "started",
-        "branch": args.branch,
-        "standby": standby,
-        # seconds in this process: loading the job and the store, then the SparkSession
-        "load_s": round(loaded - began, 3),
-        "session_s": round(session_s, 3),
-    }
-    print(json.dumps(started), flush=True)
-    count = 0
-    announced = 0
-    reason = f"max epochs {args.max_epochs}"
-    while args.max_epochs is None or count < args.max_epochs:
-        if announced == count:  # once per epoch, not per poll
-            announced = count + 1
-            print(json.dumps({"event": "epoch_start", "n": announced}), flush=True)
-        try:
-            result = runner.run_epoch()
-        except SourceDataLostError as exc:  # retention deleted records the job still needs
-            print(json.dumps({"event": "stopped", "reason": f"data lost: {exc}"}), flush=True)
-            with contextlib.suppress(Exception):
-                spark.stop()
-            return 3
-        if result is None:
-            if runner.should_wait(follow=args.follow):
-                runner.wait(runner.poll_interval_s)
-                continue
-            reason = runner.stopped_reason or "stopped"
-            break
-        count += 1
-        print(json.dumps({"event": "committed", **asdict(result)}), flush=True)
-    print(json.dumps({"event": "stopped", "reason": reason}), flush=True)
-    for sink in job.sinks:  # producers with nothing left to commit (optional hook)
-        close = getattr(sink, "close", None)
-        if callable(close):
-            with contextlib.suppress(Exception):
-                close()
+    started = {"event": "started", "branch": args.branch, "standby": standby}
+    # seconds in this process: loading the job and the store, then the SparkSession
+    _print_event({**started, "load_s": round(loaded - began, 3), "session_s": round(session_s, 3)})
+    status = 0
+    try:
+        runner.run(args.max_epochs, follow=args.follow, on_event=_print_event)
+    except SourceDataLostError as exc:  # retention deleted records the job still needs
+        _print_event({"event": "stopped", "reason": f"data lost: {exc}"})
+        status = 3
+    if status == 0:
+        for sink in job.sinks:  # producers with nothing left to commit
+            if isinstance(sink, Closes):
+                with contextlib.suppress(Exception):
+                    sink.close()
     with contextlib.suppress(Exception):  # after SIGTERM to the group the JVM may be gone
         spark.stop()
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -9,10 +9,22 @@ from typing import Any
 import pyarrow as pa
 
 from runners.engine.chunks import decode_table
-from runners.engine.tasks import CHUNK_REFS, DEAD_LETTER_SCHEMA, OUTPUT_KIND
 from snapshots_store import Repository
 
 EPOCH = "_epoch"
+#: an Arrow output's schema metadata key: what it holds ("records" or "dead_letters")
+OUTPUT_KIND = b"epochal.output"
+#: the JSON output of the aggregate path: the changed rows inside the epoch's chunks
+CHUNK_REFS = "chunk_refs"
+DEAD_LETTER_SCHEMA = pa.schema(
+    [
+        ("source", pa.string()),
+        ("partition", pa.string()),
+        ("offset", pa.int64()),
+        ("reason", pa.string()),
+        ("raw", pa.string()),
+    ]
+)
 
 
 def _epoch_tables(repo: Repository, branch: str, kind: str) -> Iterator[pa.Table]:

@@ -3,7 +3,7 @@
 - ``scan``: p tasks, one stage; every task reads the whole epoch, hashes every key and keeps
   its own key groups. No exchange, but each extra task adds a full read and hash.
 - ``split``: the read itself is split. The epoch's splits are divided into pieces (a source's
-  optional ``divide(split, parts)`` hook: `ParquetDirectory` cuts at row-group boundaries);
+  optional capability `Divisible`: `ParquetDirectory` cuts at row-group boundaries);
   each of the p tasks reads only its pieces, hashes them and sends each owner its rows (the
   projected input columns, Arrow IPC files: exchange.py, no Python row loop), then concatenates
   what it receives in input order and aggregates it exactly as a scan task would. So the state,
@@ -21,9 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from runners.engine.sources import Split
+from runners.engine.sources import Divisible, Source, Split
 
 ROUTINGS = ("auto", "scan", "split", "shuffle")
 
@@ -39,15 +38,14 @@ class Piece:
     first_row: int
 
 
-def pieces(source: Any, splits: Sequence[Split], parallelism: int) -> list[Piece]:
+def pieces(source: Source, splits: Sequence[Split], parallelism: int) -> list[Piece]:
     """The epoch's splits as read pieces: each split divided into ceil(p / splits) pieces when
-    the source can divide it (optional hook ``divide(split, parts) -> list[Split]``, contiguous
-    pieces covering the split in order), else kept whole."""
-    divide = getattr(source, "divide", None)
+    the source can divide it (capability `sources.Divisible`), else kept whole."""
     per_split = -(-parallelism // max(1, len(splits)))
+    divide = source.divide if isinstance(source, Divisible) and per_split > 1 else None
     result: list[Piece] = []
     for index, split in enumerate(splits):
-        parts = divide(split, per_split) if callable(divide) and per_split > 1 else [split]
+        parts = [split] if divide is None else divide(split, per_split)
         result.extend(
             Piece(index, part, piece, piece.start - split.start) for part, piece in enumerate(parts)
         )

@@ -25,7 +25,7 @@ from runners.engine.crash import crash_spec, maybe_crash
 from runners.engine.exchange import MapShare
 from runners.engine.executors import ExecutorPool
 from runners.engine.hotswap import HOLD as SWAP_HOLD
-from runners.engine.hotswap import SWAP, partner_reader, swap_gate
+from runners.engine.hotswap import SWAP, SwapGate, partner_reader, swap_gate
 from runners.engine.job import Job
 from runners.engine.keygroups import (
     DEFAULT_MAX_PARALLELISM,
@@ -33,8 +33,17 @@ from runners.engine.keygroups import (
     key_group_range,
     key_group_ranges,
 )
-from runners.engine.sinks import SINKS, EpochOutput, OutputPart, output_of
-from runners.engine.sources import Split, end_offsets
+from runners.engine.sinks import SINKS, EpochOutput, OutputPart, StartsEpochs, output_of
+from runners.engine.sources import (
+    AdvancesOffsets,
+    PreparesEpochs,
+    RecordsLineage,
+    ReportsBacklog,
+    ReportsBacklogRecords,
+    Source,
+    Split,
+    end_offsets,
+)
 from runners.engine.tasks import (
     ReduceResult,
     TaskPlan,
@@ -74,6 +83,67 @@ class EpochResult:
     bytes_written: int
     changed_state_bytes: int
     parallelism: int
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What the gate stage lets through: the control document and the branch head the epoch
+    builds on, at parallelism p of max parallelism m."""
+
+    control: dict[str, Any]
+    #: the branch head the commit's CAS expects (None: a new branch)
+    expected: str | None
+    #: the parent snapshot (the head, or the runner's base on a new branch)
+    parent_id: str | None
+    parent: Manifest | None
+    max_parallelism: int
+    parallelism: int
+    #: the parent's offsets of the job's source (partition -> offset)
+    committed: dict[str, int]
+    swap: SwapGate
+
+    @property
+    def last_epoch(self) -> int:
+        return 0 if self.parent is None else self.parent.epoch
+
+
+@dataclass(frozen=True)
+class PlannedEpoch:
+    """The plan stage's result: the epoch's tasks, splits and routing."""
+
+    opening: Opening
+    tasks: TaskPlan
+    splits: list[Split]
+    route: str
+    pieces: list[routes.Piece]
+    #: the executors resized for p (None: no executor pool, e.g. local[n])
+    executors: dict[str, Any] | None
+    #: when the epoch began (time.perf_counter)
+    started: float
+
+
+@dataclass(frozen=True)
+class ExecutedEpoch:
+    """The execute stage's result: each task's report (in task order)."""
+
+    results: list[ReduceResult]
+    #: the restore stage's stats ``restore_*`` (None: no restore ran)
+    restore: dict[str, int | float] | None
+    tasks_wall_s: float
+
+
+@dataclass(frozen=True)
+class StagedEpoch:
+    """The manifest stage's result: the written, not yet committed, manifest."""
+
+    planned: PlannedEpoch
+    manifest: Manifest
+    #: the epoch's output as the sinks prepared it (None: the job has no sinks)
+    sink_output: EpochOutput | None
+    #: each sink's pending record (``extra.sinks``)
+    pending: dict[str, Any]
+    #: when the manifest stage began writing (commit_ms counts from here)
+    commit_started: float
 
 
 def _store_location(repo: Repository) -> tuple[str, str]:
@@ -136,20 +206,34 @@ class EpochRunner:
         #: whether the head's pending sink commits (a crashed run's) were finished
         self._sinks_finished = not job.sinks
 
-    # -- one epoch ---------------------------------------------------------------------------
-
-    def _parent(self) -> tuple[str | None, str | None, Manifest | None]:
-        """(expected head, parent snapshot id, parent manifest)."""
-        head = self.repo.read_ref(f"heads/{self.branch}")
-        expected = None if head is None else head.target
-        parent_id = expected if expected is not None else self.base
-        parent = None if parent_id is None else self.repo.read_manifest(parent_id)
-        return expected, parent_id, parent
+    # -- one epoch, in five stages: gate -> plan -> execute -> manifest -> commit ---------------
+    #
+    # Each stage is a method taking the previous stage's result; gate, plan and execute return
+    # None (with `stopped_reason` set) when the epoch does not go on. docs/engine.md names the
+    # hook points: the sinks' second phase (`_prepare_sinks` in the manifest stage before the
+    # CAS, `_commit_sinks` in the commit stage after it) and event time (`_epoch_clock` in
+    # the plan stage reads what the parent recorded; the manifest stage records what the next
+    # epoch reads).
 
     def run_epoch(self) -> EpochResult | None:
         """Process and commit the next epoch; None when there is no new data, or when the
         control document pauses or stops the job (see `stopped_reason`)."""
         started = time.perf_counter()
+        opening = self.gate()
+        if opening is None:
+            return None
+        planned = self.plan(opening, started)
+        if planned is None:
+            return None
+        executed = self.execute(planned)
+        if executed is None:
+            return None
+        return self.commit(self.manifest(planned, executed))
+
+    def gate(self) -> Opening | None:
+        """Stage 1: may an epoch run? Reads the control document and the branch head; None
+        (with `stopped_reason`) when interrupted, stopped, paused or held by a hot-swap.
+        Before the runner's first epoch it finishes the head's pending sink commits."""
         if self.interrupted is not None:
             self.stopped_reason = self.interrupted
             return None
@@ -171,36 +255,42 @@ class EpochRunner:
         m = self.max_parallelism if parent is None else parent.max_parallelism
         if parent is not None and m != self.max_parallelism:
             log.info("lineage max parallelism is %d (runner asked %d)", m, self.max_parallelism)
-        p = control.get("parallelism", self.parallelism)
-        p = check_parallelism(int(p), m)
-        source = self.job.source
-        committed = {} if parent is None else dict(parent.offsets.get(source.name, {}))
+        p = check_parallelism(int(control.get("parallelism", self.parallelism)), m)
         gate = swap_gate(control, last_epoch + 1, partner_reader(control))
         if gate.hold is not None:  # a hot-swap holds this job before the epoch (hotswap.py)
             self.stopped_reason = gate.hold
             return None
-        prepare = getattr(source, "prepare_epoch", None)  # optional hook (branch_source)
-        if callable(prepare):
-            prepare(control, last_epoch + 1)
-        splits = source.plan(committed)
+        committed = {} if parent is None else dict(parent.offsets.get(self.job.source.name, {}))
+        return Opening(control, expected, parent_id, parent, m, p, committed, gate)
+
+    def _parent(self) -> tuple[str | None, str | None, Manifest | None]:
+        """(expected head, parent snapshot id, parent manifest)."""
+        head = self.repo.read_ref(f"heads/{self.branch}")
+        expected = None if head is None else head.target
+        parent_id = expected if expected is not None else self.base
+        parent = None if parent_id is None else self.repo.read_manifest(parent_id)
+        return expected, parent_id, parent
+
+    def plan(self, opening: Opening, started: float | None = None) -> PlannedEpoch | None:
+        """Stage 2: the epoch's splits, tasks and routing; None (with `stopped_reason`) when
+        the source has no new data. At the boundary, before any task: executors for p and the
+        sinks' `start_epoch`. `started` is when the epoch began (default: now)."""
+        started = time.perf_counter() if started is None else started
+        source = self.job.source
+        epoch = opening.last_epoch + 1
+        if isinstance(source, PreparesEpochs):
+            source.prepare_epoch(opening.control, epoch)
+        splits = source.plan(opening.committed)
         if not splits:
             self.stopped_reason = "no new data"
             return None
-        epoch = last_epoch + 1
-        # at the boundary, before any task of the epoch: executors for p (none on local[n])
-        executors = self.executors.resize(p)
-        for sink in self.job.sinks:  # optional hook: e.g. open Kafka producers meanwhile
-            start_epoch = getattr(sink, "start_epoch", None)
-            if callable(start_epoch):
-                ranges = [(r.start, r.end) for r in key_group_ranges(p, m)]
-                start_epoch(self.namespace, self.branch, epoch, ranges)
-        if self.job.time_mode == "logical":
-            now_ms = epoch * self.job.logical_epoch_ms
-        else:
-            now_ms = max(
-                int(time.time() * 1000), 0 if parent is None else parent.processing_time_ms
-            )
-        plan = TaskPlan(
+        p, m, parent = opening.parallelism, opening.max_parallelism, opening.parent
+        executors = self.executors.resize(p)  # none on local[n]
+        ranges = [(r.start, r.end) for r in key_group_ranges(p, m)]
+        for sink in self.job.sinks:  # e.g. open Kafka producers while the tasks run
+            if isinstance(sink, StartsEpochs):
+                sink.start_epoch(self.namespace, self.branch, epoch, ranges)
+        tasks = TaskPlan(
             job=self.job,
             store_url=self.store_url,
             namespace=self.namespace,
@@ -211,13 +301,30 @@ class EpochRunner:
             key_groups={}
             if parent is None
             else {kg: tuple(chain) for kg, chain in parent.key_groups.items()},
-            processing_time_ms=now_ms,
+            processing_time_ms=self._epoch_clock(parent, epoch),
             crash=self.crash,
             driver_pid=os.getpid(),
             compaction_ratio=self.compaction_ratio,
         )
-        route, pieces = self._route(plan, splits)
+        route, pieces = self._route(tasks, splits)
+        return PlannedEpoch(opening, tasks, splits, route, pieces, executors, started)
+
+    def _epoch_clock(self, parent: Manifest | None, epoch: int) -> int:
+        """The epoch's processing time (ms): logical, or the driver's clock never running
+        backwards from the parent's. Hook point: event time's watermark is read here from the
+        parent's manifest (recorded by the manifest stage of the epoch before)."""
+        if self.job.time_mode == "logical":
+            return epoch * self.job.logical_epoch_ms
+        return max(int(time.time() * 1000), 0 if parent is None else parent.processing_time_ms)
+
+    def execute(self, planned: PlannedEpoch) -> ExecutedEpoch | None:
+        """Stage 3: the Spark job(s): a restore stage when the runner has not loaded the state
+        at this parallelism yet, then the epoch's tasks (chunks and outputs written, nothing
+        committed). None (with `stopped_reason`) when interrupted: the epoch is abandoned."""
+        plan = planned.tasks
+        p = plan.parallelism
         restore: dict[str, int | float] | None = None
+        results: list[ReduceResult] = []
         tasks_started = time.perf_counter()
         try:
             self._in_tasks = True
@@ -226,35 +333,77 @@ class EpochRunner:
                 self._restored_at = p
                 tasks_started = time.perf_counter()
             if self.interrupted is None:
-                results = self._run_tasks(plan, splits, route, pieces)
+                results = self._run_tasks(plan, planned.splits, planned.route, planned.pieces)
         except Exception:
             if self.interrupted is None:
                 raise
-            log.info("epoch %d: Spark job ended after %s", epoch, self.interrupted, exc_info=True)
+            log.info("epoch %d: Spark job ended after %s", plan.epoch, self.interrupted,
+                     exc_info=True)  # fmt: skip
         finally:
             self._in_tasks = False
         tasks_wall_s = time.perf_counter() - tasks_started
         if self.interrupted is not None:
             # Never start a commit after an interrupt: the epoch is abandoned, its objects
             # (if any were written) stay unreferenced, and a restart replans it.
-            self.stopped_reason = f"{self.interrupted}: epoch {epoch} abandoned before its commit"
+            self.stopped_reason = (
+                f"{self.interrupted}: epoch {plan.epoch} abandoned before its commit"
+            )
             return None
-        maybe_crash(self.crash, "after_chunks", epoch)
-        maybe_crash(self.crash, "after_outputs", epoch)
+        maybe_crash(self.crash, "after_chunks", plan.epoch)
+        maybe_crash(self.crash, "after_outputs", plan.epoch)
+        ordered = sorted(results, key=lambda r: r.task)
+        return ExecutedEpoch(ordered, restore, tasks_wall_s)
+
+    def manifest(self, planned: PlannedEpoch, executed: ExecutedEpoch) -> StagedEpoch:
+        """Stage 4: the sinks prepare (first half of their second phase, before the CAS), then
+        the epoch's manifest is built and written (not yet committed)."""
+        opening, plan, results = planned.opening, planned.tasks, executed.results
+        parent, source = opening.parent, self.job.source
         key_groups = {} if parent is None else dict(parent.key_groups)
         outputs: list[str] = []
-        for r in sorted(results, key=lambda r: r.task):
+        for r in results:
             key_groups.update(r.key_groups)
             outputs.extend(r.outputs)
-        if not gate.emit:  # a hot-swap voids this job's output of the epoch (state goes on)
+        if not opening.swap.emit:  # a hot-swap voids this job's output (state goes on)
             outputs = []
-        sink_output, pending = self._prepare_sinks(plan, results, emit=gate.emit)
-        maybe_crash(self.crash, "after_prepare", epoch)
+        sink_output, pending = self._prepare_sinks(plan, results, emit=opening.swap.emit)
+        maybe_crash(self.crash, "after_prepare", plan.epoch)
         offsets = {} if parent is None else {s: dict(o) for s, o in parent.offsets.items()}
-        ends = getattr(source, "end_offsets", None)  # optional hook: non-monotonic offsets
         offsets[source.name] = (
-            ends(committed, splits) if callable(ends) else end_offsets(committed, splits)
+            source.end_offsets(opening.committed, planned.splits)
+            if isinstance(source, AdvancesOffsets)
+            else end_offsets(opening.committed, planned.splits)
         )
+        stats = self._stats(planned, executed, offsets[source.name])
+        commit_started = time.perf_counter()  # commit_ms: writing the manifest and the CAS
+        stats["process_s"] = round(commit_started - planned.started, 6)
+        manifest = Manifest(
+            branch=self.branch,
+            epoch=plan.epoch,
+            parents=() if opening.parent_id is None else (opening.parent_id,),
+            max_parallelism=plan.max_parallelism,
+            parallelism=plan.parallelism,
+            # an epoch that runs at another parallelism than its parent is a visible rescale
+            kind="epoch" if parent is None or plan.parallelism == parent.parallelism else "rescale",
+            operation_id=_new_operation(opening.control, parent),
+            key_groups=key_groups,
+            outputs=outputs,
+            offsets=offsets,
+            code_version=self.job.code_version,
+            config_hash=self.job.config_hash,
+            processing_time_ms=plan.processing_time_ms,
+            stats=stats,
+            extra=self._extra(planned, executed, pending),
+        )
+        self.repo.write_manifest(manifest)
+        maybe_crash(self.crash, "after_manifest", plan.epoch)
+        return StagedEpoch(planned, manifest, sink_output, pending, commit_started)
+
+    def _stats(
+        self, planned: PlannedEpoch, executed: ExecutedEpoch, offsets: dict[str, int]
+    ) -> dict[str, int | float]:
+        """The manifest's ``stats``: what the epoch's tasks did, summed (and the restore)."""
+        results = executed.results
         stats: dict[str, int | float] = {
             "records_in": sum(r.records_in for r in results),
             "output_rows": sum(r.output_rows for r in results),
@@ -264,76 +413,73 @@ class EpochRunner:
             "chunks_written": sum(r.chunks_written for r in results),
             "cache_hits": sum(r.cache_hits for r in results),
             "cache_misses": sum(r.cache_misses for r in results),
-            "splits": len(splits),
-            "map_s": round(max(r.map_s for r in results), 6),
-            "reduce_s": round(max(r.reduce_s for r in results), 6),
-            # busy time per task (the autoscaler's true processing rate: records / busy_s)
-            "busy_s": round(sum(r.busy_s for r in results), 6),
-            "busy_max_s": round(max(r.busy_s for r in results), 6),
-            # the Spark job's wall time (tasks, scheduling, exchange); the rest of process_s is
-            # the driver's own work before and after it
-            "tasks_wall_s": round(tasks_wall_s, 6),
         }
+        stats.update(
+            splits=len(planned.splits),
+            map_s=round(max(r.map_s for r in results), 6),
+            reduce_s=round(max(r.reduce_s for r in results), 6),
+            # busy time per task (the autoscaler's true processing rate: records / busy_s)
+            busy_s=round(sum(r.busy_s for r in results), 6),
+            busy_max_s=round(max(r.busy_s for r in results), 6),
+            # the Spark job's wall time (tasks, scheduling, exchange); the rest of process_s
+            # is the driver's own work before and after it
+            tasks_wall_s=round(executed.tasks_wall_s, 6),
+        )
         state_read = sum(r.state_read_bytes for r in results)
         if state_read:  # stored bytes the epoch's tasks read (not in the state cache)
             stats["state_read_bytes"] = state_read
-        if restore is not None:
-            stats.update(restore)
-        for hook in ("backlog", "backlog_records"):  # optional source hooks
-            value = _backlog(source, offsets[source.name], hook)
-            if value is not None:
-                stats[f"{hook}_epochs" if hook == "backlog" else hook] = value
-        commit_started = time.perf_counter()
-        stats["process_s"] = round(commit_started - started, 6)
-        operation_id = _new_operation(control, parent)
-        manifest = Manifest(
-            branch=self.branch,
-            epoch=epoch,
-            parents=() if parent_id is None else (parent_id,),
-            max_parallelism=m,
-            parallelism=p,
-            # an epoch that runs at another parallelism than its parent is a visible rescale
-            kind="rescale" if parent is not None and p != parent.parallelism else "epoch",
-            operation_id=operation_id,
-            key_groups=key_groups,
-            outputs=outputs,
-            offsets=offsets,
-            code_version=self.job.code_version,
-            config_hash=self.job.config_hash,
-            processing_time_ms=now_ms,
-            stats=stats,
-            extra={
-                "job": self.job.name,
-                "key": list(self.job.key_columns),
-                "routing": route,
-                "control": _applied(control, p),
-                # what each task did: Flink's per-subtask busy time and records, for the
-                # epoch view (skew, a task busier than the others)
-                "tasks": [
-                    {
-                        "task": r.task,
-                        "records_in": r.records_in,
-                        "output_rows": r.output_rows,
-                        "busy_s": round(r.busy_s, 6),
-                        "bytes_written": r.bytes_written,
-                        "key_groups_written": len(r.key_groups),
-                    }
-                    for r in sorted(results, key=lambda r: r.task)
-                ],
-                **_inputs(source, committed, splits),
-                **({} if gate.record is None else {SWAP: gate.record}),
-                **({} if executors is None else {"executors": executors}),
-                **({SINKS: pending} if pending else {}),
-            },
-        )
-        self.repo.write_manifest(manifest)
-        maybe_crash(self.crash, "after_manifest", epoch)
+        if executed.restore is not None:
+            stats.update(executed.restore)
+        stats.update(_backlog(self.job.source, offsets))
+        return stats
+
+    def _extra(
+        self, planned: PlannedEpoch, executed: ExecutedEpoch, pending: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The manifest's ``extra``: the job, the control applied, each task's figures, what
+        the source read, the swap acknowledgement, the executors, the sinks' pending records."""
+        opening, source = planned.opening, self.job.source
+        swap = opening.swap.record
+        return {
+            "job": self.job.name,
+            "key": list(self.job.key_columns),
+            "routing": planned.route,
+            "control": _applied(opening.control, opening.parallelism),
+            # what each task did: Flink's per-subtask busy time and records, for the epoch
+            # view (skew, a task busier than the others)
+            "tasks": [
+                {
+                    "task": r.task,
+                    "records_in": r.records_in,
+                    "output_rows": r.output_rows,
+                    "busy_s": round(r.busy_s, 6),
+                    "bytes_written": r.bytes_written,
+                    "key_groups_written": len(r.key_groups),
+                }
+                for r in executed.results
+            ],
+            **(
+                {"inputs": {source.name: source.lineage(opening.committed, planned.splits)}}
+                if isinstance(source, RecordsLineage)
+                else {}
+            ),
+            **({} if swap is None else {SWAP: swap}),
+            **({} if planned.executors is None else {"executors": planned.executors}),
+            **({SINKS: pending} if pending else {}),
+        }
+
+    def commit(self, staged: StagedEpoch) -> EpochResult:
+        """Stage 5: compare-and-swap the branch ref to the manifest (the only commit point),
+        then the sinks commit (second half of their second phase) and the control plane is
+        told."""
+        planned, manifest = staged.planned, staged.manifest
+        epoch, p, expected = manifest.epoch, manifest.parallelism, planned.opening.expected
         try:
             snapshot_id = self.repo.commit(
                 manifest,
                 self.branch,
                 expected_head=expected,
-                operation_id=operation_id,
+                operation_id=manifest.operation_id,
                 reason=f"epoch {epoch}"
                 if manifest.kind == "epoch"
                 else f"epoch {epoch}, rescaled to p={p}",
@@ -344,17 +490,18 @@ class EpochRunner:
                 f"(expected {expected}); another writer or an operation owns it: restart the "
                 "job from the new head"
             ) from None
-        commit_ms = (time.perf_counter() - commit_started) * 1000
+        commit_ms = (time.perf_counter() - staged.commit_started) * 1000
         maybe_crash(self.crash, "after_cas", epoch)
-        if sink_output is not None:  # the second phase: the destinations show the epoch
-            self._commit_sinks(sink_output.committing(snapshot_id), pending)
+        if staged.sink_output is not None:  # the second phase: the destinations show it
+            self._commit_sinks(staged.sink_output.committing(snapshot_id), staged.pending)
+        stats = manifest.stats
         result = EpochResult(
             snapshot_id=snapshot_id,
             epoch=epoch,
             records_in=int(stats["records_in"]),
             output_rows=int(stats["output_rows"]),
             dead_letters=int(stats["dead_letters"]),
-            duration_s=time.perf_counter() - started,
+            duration_s=time.perf_counter() - planned.started,
             commit_ms=commit_ms,
             bytes_written=int(stats["bytes_written"]),
             changed_state_bytes=int(stats["changed_state_bytes"]),
@@ -584,21 +731,40 @@ class EpochRunner:
 
     # -- the loop ----------------------------------------------------------------------------
 
-    def run(self, max_epochs: int | None = None, *, follow: bool = False) -> list[EpochResult]:
+    def run(
+        self,
+        max_epochs: int | None = None,
+        *,
+        follow: bool = False,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+    ) -> list[EpochResult]:
         """Run epochs until the source has no new data, the control document says stop, the
         runner is interrupted, or `max_epochs` epochs committed. A paused job waits (polling
         the control document); with `follow` a job without new data waits for it too,
-        polling every `poll_interval_s`."""
+        polling every `poll_interval_s`.
+
+        `on_event` is told, as JSON-ready documents: ``{"event": "epoch_start", "n": k}``
+        once before the k-th epoch of this run is attempted (not per poll), ``{"event":
+        "committed", …EpochResult}`` after each commit and ``{"event": "stopped", "reason":
+        …}`` when the loop ends (an exception ends it without)."""
+        emit = on_event if on_event is not None else _ignore
         results: list[EpochResult] = []
+        announced = 0
         while max_epochs is None or len(results) < max_epochs:
+            if announced == len(results):
+                announced += 1
+                emit({"event": "epoch_start", "n": announced})
             result = self.run_epoch()
             if result is not None:
                 results.append(result)
+                emit({"event": "committed", **asdict(result)})
                 continue
             if self.should_wait(follow=follow):
                 self.wait(self.poll_interval_s)
                 continue
-            break
+            emit({"event": "stopped", "reason": self.stopped_reason or "stopped"})
+            return results
+        emit({"event": "stopped", "reason": f"max epochs {max_epochs}"})
         return results
 
     def should_wait(self, *, follow: bool) -> bool:
@@ -612,6 +778,10 @@ class EpochRunner:
             or reason.startswith(SWAP_HOLD)
             or (follow and reason == "no new data")
         )
+
+
+def _ignore(event: dict[str, Any]) -> None:
+    """The event callback of a run nobody listens to."""
 
 
 def _new_operation(control: dict[str, Any], parent: Manifest | None) -> str | None:
@@ -629,28 +799,25 @@ def _new_operation(control: dict[str, Any], parent: Manifest | None) -> str | No
     return op
 
 
-def _backlog(source: Any, offsets: dict[str, int], name: str = "backlog") -> int | None:
-    """Input the source holds after `offsets`: optional hooks ``backlog`` (epochs) and
-    ``backlog_records``; None when the source cannot tell. Best effort: a failing hook never
-    fails the epoch."""
-    hook = getattr(source, name, None)
-    if not callable(hook):
-        return None
-    try:
-        value = hook(offsets)
-    except Exception:
-        log.warning("source %s: %s() failed", getattr(source, "name", "?"), name, exc_info=True)
-        return None
-    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _inputs(source: Any, committed: dict[str, int], splits: list[Split]) -> dict[str, Any]:
-    """``{"inputs": {source name: …}}`` when the source records what an epoch read (a branch
-    output source's upstream epochs and snapshots: the cross-job mapping), else {}."""
-    lineage = getattr(source, "lineage", None)
-    if not callable(lineage):
-        return {}
-    return {"inputs": {source.name: lineage(committed, splits)}}
+def _backlog(source: Source, offsets: dict[str, int]) -> dict[str, int]:
+    """The manifest stats ``backlog_epochs`` and ``backlog_records``: input the source holds
+    after `offsets`, when it can tell (capabilities `ReportsBacklog`,
+    `ReportsBacklogRecords`). Best effort: a failing report never fails the epoch."""
+    reports: list[tuple[str, Callable[[dict[str, int]], int | None]]] = []
+    if isinstance(source, ReportsBacklog):
+        reports.append(("backlog_epochs", source.backlog))
+    if isinstance(source, ReportsBacklogRecords):
+        reports.append(("backlog_records", source.backlog_records))
+    stats: dict[str, int] = {}
+    for stat, report in reports:
+        try:
+            value = report(offsets)
+        except Exception:
+            log.warning("source %s: %s failed", source.name, stat, exc_info=True)
+            continue
+        if isinstance(value, int) and not isinstance(value, bool):
+            stats[stat] = int(value)
+    return stats
 
 
 def _applied(control: dict[str, Any], parallelism: int) -> dict[str, Any]:

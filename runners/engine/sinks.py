@@ -117,6 +117,27 @@ class Sink(Protocol):
         ...
 
 
+# -- optional capabilities of a sink (the runner asks `isinstance`, never probes names) ----------
+
+
+@runtime_checkable
+class StartsEpochs(Protocol):
+    """Told at the epoch boundary, before the epoch's tasks, which key-group ranges the epoch
+    cuts its output into (a Kafka sink opens the parts' producers meanwhile)."""
+
+    def start_epoch(
+        self, namespace: str, branch: str, epoch: int, ranges: list[tuple[int, int]]
+    ) -> None: ...
+
+
+@runtime_checkable
+class Closes(Protocol):
+    """Releases what it holds when the job stops (a Kafka sink aborts open transactions and
+    closes its producers)."""
+
+    def close(self) -> None: ...
+
+
 def output_of(
     repo: Repository, namespace: str, manifest: Any, snapshot_id: str, pending: Mapping[str, Any],
     crash: tuple[str, int] | None = None,
@@ -128,4 +149,13 @@ def output_of(
                        snapshot_id, crash)  # fmt: skip
 
 
-__all__ = ["SINKS", "EpochOutput", "Held", "OutputPart", "Sink", "output_of"]
+__all__ = [
+    "SINKS",
+    "Closes",
+    "EpochOutput",
+    "Held",
+    "OutputPart",
+    "Sink",
+    "StartsEpochs",
+    "output_of",
+]

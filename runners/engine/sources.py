@@ -72,6 +72,72 @@ class Source(Protocol):
         ...
 
 
+# -- optional capabilities ---------------------------------------------------------------------
+# A source implements any of these beside `Source` (as Flink's table sources implement ability
+# interfaces); the engine asks `isinstance(source, Capability)`, never probes for a method name.
+
+
+@runtime_checkable
+class PreparesEpochs(Protocol):
+    """Reads the control document before each epoch is planned (a branch output source:
+    re-pointing to another upstream branch)."""
+
+    def prepare_epoch(self, control: Mapping[str, Any], epoch: int) -> None: ...
+
+
+@runtime_checkable
+class AdvancesOffsets(Protocol):
+    """Computes the offsets after an epoch itself (offsets that are not row counts: stream
+    ids, upstream epochs); without it `end_offsets` below."""
+
+    def end_offsets(
+        self, committed: Mapping[str, int], splits: Sequence[Split]
+    ) -> dict[str, int]: ...
+
+
+@runtime_checkable
+class ReportsBacklog(Protocol):
+    """Epochs of input waiting after `offsets` (None: cannot tell); manifest stat
+    ``backlog_epochs``."""
+
+    def backlog(self, offsets: Mapping[str, int]) -> int | None: ...
+
+
+@runtime_checkable
+class ReportsBacklogRecords(Protocol):
+    """Records waiting after `offsets` (None: cannot tell); manifest stat
+    ``backlog_records``."""
+
+    def backlog_records(self, offsets: Mapping[str, int]) -> int | None: ...
+
+
+@runtime_checkable
+class RecordsLineage(Protocol):
+    """What an epoch read, recorded in its manifest (``extra.inputs``): a branch output
+    source's upstream epochs and snapshots (the cross-job mapping)."""
+
+    def lineage(self, committed: Mapping[str, int], splits: Sequence[Split]) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class Divisible(Protocol):
+    """Cuts a split into up to `parts` contiguous pieces covering it in order (the split
+    routing reads them in parallel); without it a split is read whole."""
+
+    def divide(self, split: Split, parts: int) -> list[Split]: ...
+
+
+#: every optional capability a source may have (docs/engine.md)
+CAPABILITIES: tuple[type, ...] = (
+    PreparesEpochs,
+    AdvancesOffsets,
+    ReportsBacklog,
+    ReportsBacklogRecords,
+    RecordsLineage,
+    Divisible,
+)
+
+
 def end_offsets(committed: Mapping[str, int], splits: Sequence[Split]) -> dict[str, int]:
     """The offsets after an epoch: committed offsets advanced by the splits read."""
     result = dict(committed)

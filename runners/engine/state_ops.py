@@ -655,13 +655,8 @@ def new_branch_commit(
 
 def replay_problem(source: Source, manifest: Manifest) -> str | None:
     """Why `source` cannot replay from a snapshot's offsets (None: it can); see
-    `Source.retained`. Check before a rollback, fork or restore from an old snapshot. A
-    source written before `retained` existed cannot tell and counts as retaining."""
-    retained = getattr(source, "retained", None)
-    if retained is None:
-        return None
-    problem: str | None = retained(dict(manifest.offsets.get(source.name, {})))
-    return problem
+    `Source.retained`. Check before a rollback, fork or restore from an old snapshot."""
+    return source.retained(dict(manifest.offsets.get(source.name, {})))
 
 
 __all__ = [

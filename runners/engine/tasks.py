@@ -23,6 +23,7 @@ from runners.engine.crash import maybe_crash
 from runners.engine.exchange import MapShare
 from runners.engine.hashing import key_groups, owners
 from runners.engine.job import Job
+from runners.engine.output import CHUNK_REFS, DEAD_LETTER_SCHEMA, OUTPUT_KIND
 from runners.engine.routing import Piece
 from runners.engine.sources import DeadLetter, Split, SplitData
 from runners.engine.state import EpochContext, KeyedState, epoch_seed
@@ -33,17 +34,6 @@ KG = "_kg"
 SEQ = "_seq"  # (split index << 40) + row: a record's position in the epoch's input
 STATE = "_state"
 EXPIRES = "_expires"
-OUTPUT_KIND = b"epochal.output"
-CHUNK_REFS = "chunk_refs"
-DEAD_LETTER_SCHEMA = pa.schema(
-    [
-        ("source", pa.string()),
-        ("partition", pa.string()),
-        ("offset", pa.int64()),
-        ("reason", pa.string()),
-        ("raw", pa.string()),
-    ]
-)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ OPERATOR_WRITES = {
     "api/jobs/",
     "api/jobs/<str:name>/operations/",
     "api/jobs/<str:name>/autoscaler/",
+    "api/jobs/<str:name>/savepoint-schedule/",
     "api/applications/<str:name>/operations/",
     "api/operations/<str:operation_id>/cancel/",
 }

@@ -1,7 +1,8 @@
 """The README's path, end to end, as a new user walks it on the embedded default: `bin/demo
 --no-serve` (the demo's own command), then the serving demo, a rescale and a rollback from a
-second shell through the `epochal` command, `GET /metrics` scraped over HTTP after each, SIGTERM
-to the demo, a restart that resumes from the branch head. Real Spark, the demo's real Celery
+second shell through the `epochal` command, `GET /metrics` scraped over HTTP after each, the
+dashboard's pages read in Chromium, SIGTERM to the demo, a restart that resumes from the branch
+head. Real Spark, the demo's real Celery
 worker on its filesystem broker, SQLite — nothing of the test's services."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from snapshots_store import Repository
 from tests.demo_process import APPLICATION, JOB, ROOT, Demo, demo_env
+from tests.web.browser import chromium, watched
 
 pytestmark = [pytest.mark.spark]
 
@@ -82,6 +84,58 @@ def no_process_left(demo: Demo) -> None:
         assert "forced" not in json.loads(stop.read_text()), stop.read_text()
 
 
+def the_pages_tell_the_truth(demo: Demo, *, epochs_at_least: int) -> None:
+    """The dashboard of the serving demo after the README's rescale and rollback, in Chromium:
+    the job is running (not `unknown`) and its source reports its lag; the operations list
+    filters to the rollback, whose page says who asked, how, and how long each phase took,
+    in words; the exceptions, log and checkpoint tabs show this job's runs and commits; a page
+    that does not exist is our 404, not Django's debug page; nothing left localhost and no
+    script failed."""
+    with chromium() as browser:
+        seen = watched(browser, demo.url)
+        page = seen.page
+        try:
+            seen.login("admin", "epochal-demo")
+            row = page.locator(f'[data-job="{JOB}"]')
+            assert row.locator("[data-testid=job-state]").inner_text() == "RUNNING"
+
+            seen.go(f"/jobs/{JOB}/")
+            note = page.inner_text("[data-testid=input-lag-note]")
+            assert "unknown" not in note, note  # the demo's source reports its lag
+
+            seen.go("/operations/?kind=rollback")
+            rows = page.locator("[data-testid=operations] tbody tr")
+            assert rows.count() == 1
+            seen.follow("[data-testid=operations] tbody tr a >> text=rollback")
+            assert page.inner_text("[data-testid=operation-state]") == "succeeded"
+            assert "the command line (epochal)" in page.inner_text("[data-testid=asked-by]")
+            durations = page.locator("[data-testid=phase-duration]").all_inner_texts()
+            assert durations and all(d.endswith(" s") for d in durations), durations
+            words = page.inner_text("main")
+            assert "{'" not in words and "True" not in words, words
+
+            seen.go(f"/jobs/{JOB}/exceptions/")
+            seen.go(f"/jobs/{JOB}/log/")
+            page.wait_for_function(
+                "document.querySelector('[data-testid=log] pre').textContent.includes('epoch')"
+            )
+            seen.go(f"/jobs/{JOB}/checkpoints/")
+            history = page.inner_text("[data-testid=checkpoints]")
+            assert page.locator("[data-testid=checkpoints] tbody tr").count() >= epochs_at_least
+            # the branch's line: the rollback commit (at p=3) on the epochs it went back to;
+            # the rescale is on the line the rollback left behind
+            rollback = [line for line in history.splitlines() if "\trollback\t" in line]
+            assert len(rollback) == 1 and "\t3\t" in rollback[0], history
+
+            response = seen.go("/no/such/page/")
+            assert response is not None and response.status == 404
+            assert "URLconf" not in page.content()
+            seen.console_errors = [e for e in seen.console_errors if "404" not in e]
+            seen.assert_clean()
+        finally:
+            seen.context.close()
+
+
 @pytest.mark.timeout(2400)
 def test_the_readme_path(tmp_path: Path) -> None:
     var_dir = tmp_path / "var"
@@ -122,6 +176,9 @@ def test_the_readme_path(tmp_path: Path) -> None:
         # the job goes on from the rollback at p=3, and the demo prints its new epochs
         printed = len(demo.lines)
         demo.wait_for_line("p=3", start=printed, timeout=300)
+
+        # what the pages say about it, in Chromium, as the user would look
+        the_pages_tell_the_truth(demo, epochs_at_least=epoch)
         demo.signal(signal.SIGTERM)
         no_process_left(demo)
         assert "stopped 1 run(s) at an epoch boundary" in demo.output, demo.output

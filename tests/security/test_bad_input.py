@@ -126,6 +126,7 @@ WRITES = [
     ("POST", "/api/users/", {"username": "newbie", "role": "viewer"}),
     ("PATCH", "/api/users/viewer/", {"role": "operator"}),
     ("PATCH", "/api/jobs/clicks-main/autoscaler/", {"mode": "recommend"}),
+    ("PATCH", "/api/jobs/clicks-main/savepoint-schedule/", {"interval_s": 60}),
 ]
 
 

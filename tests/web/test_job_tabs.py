@@ -113,3 +113,33 @@ def test_the_epoch_view_shows_each_tasks_busy_time_and_records(
     assert [task for task, _ in rows] == ["0", "1"]
     assert '300 <span class="muted">(25%)</span>' in rows[0][1] and "0.5 s" in rows[0][1]
     assert 'style="width: 25%"' in rows[0][1] and 'style="width: 100%"' in rows[1][1]
+
+
+def test_operators_set_periodic_savepoints_from_the_checkpoints_tab(
+    client_for: ClientFor, lineage: Lineage
+) -> None:
+    """A job setting, not an operation: the form posts the interval and retention, the page
+    then says the schedule; viewers see the schedule but no form and cannot post one; a bad
+    interval is refused in words and changes nothing."""
+    from controlplane.audit.models import AuditEntry
+    from controlplane.jobs.models import Job
+
+    url = "/jobs/clicks-main/checkpoints/"
+    viewer, operator = client_for("viewer"), client_for("operator")
+    assert 'data-testid="savepoint-schedule-form"' not in viewer.get(url).content.decode()
+    assert 'data-testid="savepoint-schedule-form"' in operator.get(url).content.decode()
+    post = "/jobs/clicks-main/savepoint-schedule/"
+    assert viewer.post(post, {"interval_s": 60, "retention": 3}).status_code == 403
+
+    refused = operator.post(post, {"interval_s": 5, "retention": 3})
+    assert refused.status_code == 400 and "at least 10 seconds" in refused.content.decode()
+    assert Job.objects.get(name="clicks-main").savepoint_interval_s == 0
+
+    saved = operator.post(post, {"interval_s": 3600, "retention": 24})
+    assert saved.status_code == 302 and saved["Location"].endswith(url)
+    job = Job.objects.get(name="clicks-main")
+    assert (job.savepoint_interval_s, job.savepoint_retention) == (3600, 24)
+    schedule = viewer.get(url).content.decode()
+    said = schedule[schedule.index('data-testid="savepoint-schedule"') :]
+    assert "keeping the newest 24" in said.split("</p>")[0]
+    assert AuditEntry.objects.filter(action="web savepoint-schedule", source="web").count() == 1

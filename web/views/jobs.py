@@ -6,14 +6,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect
 from django.utils.html import json_script
+from django.views.decorators.http import require_POST
 
 from controlplane.api.conditional import matches
+from controlplane.audit.services import audit_request
 from controlplane.autoscaler.selectors import latest_decision
 from controlplane.autoscaler.services import policy_of
 from controlplane.changes.keys import job_key
 from controlplane.changes.selectors import named_revision
-from controlplane.errors import NotFound
+from controlplane.errors import InvalidRequest, NotFound
 from controlplane.jobs.health import job_health
 from controlplane.jobs.logs import job_exceptions, log_lines
 from controlplane.jobs.models import Job, Run
@@ -24,12 +27,13 @@ from controlplane.jobs.selectors import (
     job_run_get,
     job_run_list,
 )
+from controlplane.jobs.services import job_set_savepoint_schedule
 from controlplane.lineage.epoch_stats import epoch_series
 from controlplane.lineage.selectors import tag_list
 from controlplane.lineage.state_reads import KeyGroupSizes, key_group_sizes
 from controlplane.operations.selectors import operation_list
-from web import charts
-from web.access import viewer_required
+from web import charts, forms
+from web.access import operator_required, viewer_required
 from web.live import live_etag, not_modified, still_unchanged, watch_headers
 from web.views.base import domain_errors, is_htmx, page
 
@@ -200,5 +204,34 @@ def job_checkpoints_view(request: HttpRequest, name: str) -> HttpResponse:
             "bytes": sum(p.bytes_written for p in points),
             "longest_s": max(durations) if durations else None,
         },
+        "schedule_form": forms.SavepointScheduleForm(
+            initial={"interval_s": job.savepoint_interval_s, "retention": job.savepoint_retention}
+        ),
     }
     return page(request, "web/job_checkpoints.html", context)
+
+
+@operator_required
+@require_POST
+@domain_errors
+def job_savepoint_schedule(request: HttpRequest, name: str) -> HttpResponse:
+    """Change the job's periodic savepoints from the checkpoints tab (operators; audited)."""
+    job = job_get(name=name)
+    form = forms.SavepointScheduleForm(request.POST)
+    if not form.is_valid():
+        raise InvalidRequest(
+            f"periodic savepoints of {job.name} refused: {dict(form.errors)}",
+            fields={k: [str(m) for m in v] for k, v in form.errors.items()},
+        )
+    interval_s, retention = form.cleaned_data["interval_s"], form.cleaned_data["retention"]
+    job_set_savepoint_schedule(job, interval_s=interval_s, retention=retention)
+    audit_request(
+        user=request.user,
+        action="web savepoint-schedule",
+        target=f"job:{job.name}",
+        status_code=200,
+        outcome="ok",
+        source="web",
+        detail={"interval_s": interval_s, "retention": retention},
+    )
+    return redirect("web:job-checkpoints", name=job.name)

@@ -18,7 +18,7 @@ from controlplane.autoscaler.models import AutoscaleDecision, AutoscalePolicy
 from controlplane.errors import InvalidRequest, UnusableRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.selectors import job_get
-from controlplane.patterns import SchemaValidator
+from controlplane.patterns import object_refusals
 
 TAGS = ["autoscaler"]
 MAX_DECISIONS = 200
@@ -75,28 +75,12 @@ def _body(job_name: str, limit: int) -> dict[str, Any]:
     }
 
 
-_POLICY_SCHEMA: Final = SchemaValidator(POLICY_PATCH)
-
-
-def _schema_refusals(changes: dict[str, Any]) -> dict[str, list[str]]:
-    """Field -> what `POLICY_PATCH` (the schema the API publishes) refuses in `changes`."""
-    refused: dict[str, list[str]] = {}
-    for problem in _POLICY_SCHEMA.iter_errors(changes):
-        if problem.validator == "additionalProperties":
-            for name in sorted(set(changes) - set(POLICY_PATCH["properties"])):
-                refused.setdefault(name, []).append("unknown field")
-            continue
-        name = str(problem.absolute_path[0]) if problem.absolute_path else "body"
-        refused.setdefault(name, []).append(problem.message[:200])
-    return refused
-
-
 def _check_changes(job: Job, changes: dict[str, Any]) -> None:
     """A PATCH is checked against its published schema first (400 naming each field); what
     the schema cannot say is a 422: max_parallelism above the application's M, or below
     min_parallelism (naming each of the two the request gave). Other fields that do not fit
     together are found by the policy's own check (`patch`)."""
-    refused = _schema_refusals(changes)
+    refused = object_refusals(POLICY_PATCH, changes)
     if refused:
         raise InvalidRequest(
             "autoscaling policy fields refused: " + ", ".join(sorted(refused)), fields=refused
