@@ -1,6 +1,7 @@
 """What each operation of the REST API does, as its OpenAPI description (generated clients
 and the API docs show it). Keyed by operationId (`ApiAutoSchema.get_operation_id`); an
-operation missing here fails `tests/api/test_openapi_clients.py`."""
+operation missing here is described by its summary (`tests/api/test_openapi_clients.py`
+checks that every operation's description is its own)."""
 
 from __future__ import annotations
 
@@ -54,6 +55,10 @@ DESCRIPTIONS: Final[dict[str, str]] = {
     "inputs (rates, busy time, backlog) and outcomes.",
     "job_autoscaler_patch": "Change the job's autoscaling policy: only the fields given; the "
     "bounds are checked against the application's maximum parallelism.",
+    "job_savepoint_schedule_get": "The job's periodic savepoints: how often one is taken, how "
+    "many are kept, and the savepoints kept now.",
+    "job_savepoint_schedule_patch": "Change the job's periodic savepoints: the interval and the "
+    "retention (only the fields given; out-of-bounds values are refused).",
     "job_operation_request_post": "Request an operation on the job (start, stop, savepoint, "
     "rescale, rollback, hot-swap, fork, migrate, align): its kind and parameters, checked "
     "before anything happens. Answers 202 with the operation; an `Idempotency-Key` makes a "

@@ -40,9 +40,10 @@ class ApiAutoSchema(AutoSchema):
         return f"{snake}_{self.method.lower()}"
 
     def get_description(self) -> str:
-        """What the operation does (`operation_docs.DESCRIPTIONS`) and the role it needs;
-        never a docstring the view inherits (the base view's is about the code)."""
-        own = DESCRIPTIONS.get(self.get_operation_id(), "")
+        """What the operation does (`operation_docs.DESCRIPTIONS`, else its summary) and the
+        role it needs; never a docstring the view inherits (the base view's is about the
+        code)."""
+        own = DESCRIPTIONS.get(self.get_operation_id()) or self.get_summary() or ""
         method = self.method.upper()
         attribute = "read_role" if method in SAFE_METHODS else "write_role"
         role = getattr(self.view, attribute, None)

