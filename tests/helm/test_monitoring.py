@@ -122,6 +122,10 @@ def test_monitoring_render_is_valid(helm: Helm, operator_schemas: OperatorSchema
 
 
 def test_monitoring_switches_are_off_by_default_and_checked(helm: Helm) -> None:
+    args = ["lint", str(CHART), "--strict", "--namespace", "epochal"]
+    for value in ALL_ON:
+        args += ["--set", value]
+    assert "0 chart(s) failed" in helm.run(*args).stdout
     kinds = {m["kind"] for m in helm.template()}
     assert not kinds & CRD_KINDS
     refused = helm.run(
