@@ -196,6 +196,33 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
+def test_dashboards_are_grafana_dashboards_on_a_chosen_prometheus() -> None:
+    uids = set()
+    for path in sorted(DASHBOARDS.glob("*.json")):
+        dashboard = json.loads(path.read_text())
+        uids.add(dashboard["uid"])
+        assert dashboard["title"].startswith("Epochal / "), path.name
+        [variable] = dashboard["templating"]["list"]
+        assert (variable["type"], variable["query"]) == ("datasource", "prometheus")
+        panels = dashboard["panels"]
+        assert len({p["id"] for p in panels}) == len(panels), path.name
+        cells = set()
+        for panel in panels:
+            assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+            grid = panel["gridPos"]
+            area = {
+                (x, y)
+                for x in range(grid["x"], grid["x"] + grid["w"])
+                for y in range(grid["y"], grid["y"] + grid["h"])
+            }
+            assert not area & cells, f"{path.name}: {panel['title']!r} overlaps another panel"
+            assert grid["x"] + grid["w"] <= 24
+            cells |= area
+            refs = [t["refId"] for t in panel["targets"]]
+            assert refs and len(set(refs)) == len(refs), panel["title"]
+    assert len(uids) == len(list(DASHBOARDS.glob("*.json")))
+
+
 @pytest.mark.parametrize("broken", ["sum by (state epochal_jobs", "rate(epochal_jobs)"])
 def test_promtool_refuses_a_broken_query(tmp_path: Path, broken: str) -> None:
     """The check above can fail: a query promtool cannot parse or type-check is refused."""
