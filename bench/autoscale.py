@@ -57,6 +57,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import figures
+
 REQUIRED_KEYS = (
     "reaction_epochs",
     "flaps",
@@ -495,12 +497,7 @@ def plot(rows: list[EpochRow], setup: Setup, path: str) -> None:
     )
     fig.update_yaxes(title_text="records/s", secondary_y=False)
     fig.update_yaxes(title_text="parallelism, backlog", secondary_y=True)
-    if path.endswith(".html"):
-        # plotly.js inlined (the copy in the pinned plotly package the dashboard serves too):
-        # the page opens offline and asks no CDN.
-        fig.write_html(path, include_plotlyjs=True, full_html=True)
-    else:
-        fig.write_image(path)
+    figures.save(fig, Path(path))  # the PNG and the figure's data beside it (.json)
 
 
 def _load() -> list[float]:
@@ -594,9 +591,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.autoscale", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="a short ramp and a 2-point sweep")
     parser.add_argument("--runs", type=int, help="ramps to run (default 3; --quick: 1)")
-    parser.add_argument("--plot", help="write the first ramp's Plotly figure (.html, .png, .svg)")
+    parser.add_argument(
+        "--plot", help="write the first ramp's figure: PATH (.png) and its data (.json) beside"
+    )
     parser.add_argument("--no-sweep", action="store_true", help="skip the fixed-p sweep")
     args = parser.parse_args(argv)
+    if args.plot and not args.plot.endswith(".png"):
+        parser.error(f"--plot {args.plot}: give a .png path (its data goes beside, .json)")
     setup = QUICK if args.quick else FULL
     runs = args.runs if args.runs is not None else (1 if args.quick else 3)
     if runs < 1:

@@ -299,6 +299,7 @@ SPECTACULAR_SETTINGS = {
         "controlplane.api.schema.operation_request_bodies",
         "controlplane.api.schema.exact_parameters",
         "controlplane.api.schema.response_links",
+        "controlplane.api.schema.valid_defaults",
     ],
     "ENUM_NAME_OVERRIDES": {
         "JobStateEnum": "controlplane.jobs.models.JobState",

@@ -11,10 +11,13 @@ import copy
 import re
 from typing import Any
 
+import jsonschema
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
+from rest_framework.permissions import SAFE_METHODS
 
 from controlplane.api.errors import ErrorSerializer
+from controlplane.api.operation_docs import DESCRIPTIONS
 from controlplane.patterns import REVISION_FORMAT
 from controlplane.refnames import REF_PATTERN, REVISION_PATTERN
 
@@ -36,6 +39,17 @@ class ApiAutoSchema(AutoSchema):
         name = type(self.view).__name__.removesuffix("View")
         snake = re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
         return f"{snake}_{self.method.lower()}"
+
+    def get_description(self) -> str:
+        """What the operation does (`operation_docs.DESCRIPTIONS`, else its summary) and the
+        role it needs; never a docstring the view inherits (the base view's is about the
+        code)."""
+        own = DESCRIPTIONS.get(self.get_operation_id()) or self.get_summary() or ""
+        method = self.method.upper()
+        attribute = "read_role" if method in SAFE_METHODS else "write_role"
+        role = getattr(self.view, attribute, None)
+        needs = f"Needs the `{role}` role." if role else ""
+        return " ".join(part for part in (own, needs) if part)
 
     def _get_response_bodies(self, direction: Any = "response") -> Any:
         responses = super()._get_response_bodies(direction)
@@ -114,15 +128,24 @@ def _operations(result: dict[str, Any]) -> Any:
                 yield operation
 
 
+_JSON_VALUE_REF = "#/components/schemas/JsonValue"
 JSON_VALUE = {
     "description": "Any JSON value without NUL characters (at most 32 levels deep).",
     "nullable": True,
+    "not": {"$ref": "#/components/schemas/JsonWithNul"},
+}
+"""Said as "not a value with a NUL somewhere" rather than as a union of the JSON types whose
+arrays and objects hold `JsonValue` again: the same values, but client generators that cannot
+follow a union back to itself (openapi-python-client) read it as any JSON value."""
+JSON_WITH_NUL = {
+    "description": "A JSON value with a NUL character in a string somewhere in it.",
     "anyOf": [
-        {"type": "string", "pattern": NO_NUL},
-        {"type": "number"},
-        {"type": "boolean"},
-        {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
-        {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}},
+        {"type": "string", "pattern": "\\x00"},
+        {"type": "array", "items": {}, "not": {"items": {"$ref": _JSON_VALUE_REF}}},
+        {
+            "type": "object",
+            "not": {"additionalProperties": {"$ref": _JSON_VALUE_REF}},
+        },
     ],
 }
 
@@ -148,6 +171,7 @@ def strict_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, An
             for field in component.get("properties", {}).values():
                 _exact(field)
     schemas["JsonValue"] = JSON_VALUE
+    schemas["JsonWithNul"] = JSON_WITH_NUL
     # A version names a job installed here: the schema lists them (an unknown name is a 400).
     from runners.entry_points import JOBS, registered
 
@@ -236,4 +260,35 @@ def response_links(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
             }
             if declared:
                 response["links"] = declared
+    return result
+
+
+_CONSTRAINTS = ("type", "enum", "format", "pattern", "minLength", "maxLength", "minimum", "maximum")
+
+
+def _walk(node: Any) -> Any:
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from _walk(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _walk(value)
+
+
+def valid_defaults(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: a default the field's own schema refuses (an empty
+    `code_version` where a given one may not be empty, an empty e-mail address) is what the
+    server uses when the field is omitted, not a value a client may send: the schema says so in
+    the description instead of a `default` validators reject."""
+    checker = jsonschema.Draft4Validator.FORMAT_CHECKER
+    for schema in _walk(result.get("components", {})):
+        if "default" not in schema or "$ref" in str(schema):
+            continue
+        own = {key: schema[key] for key in _CONSTRAINTS if key in schema}
+        if jsonschema.Draft4Validator(own, format_checker=checker).is_valid(schema["default"]):
+            continue
+        default = schema.pop("default")
+        omitted = f"Omitted: {default!r}." if default != "" else "Omitted: none (empty)."
+        schema["description"] = " ".join(filter(None, (schema.get("description"), omitted)))
     return result

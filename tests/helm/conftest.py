@@ -8,6 +8,7 @@ EPOCHAL_REQUIRE_SERVICES=1 (CI), see `require_service`.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -98,3 +99,55 @@ def helm(tmp_path_factory: pytest.TempPathFactory) -> Helm:
         "HELM_DATA_HOME": str(home / "data"),
     }
     return Helm(binary, env)
+
+
+OPERATOR_MODELS = "@kubernetes-models/prometheus-operator@6.0.0"
+MODELS_CACHE = PROJECT_ROOT / "var" / "cache" / "helm" / "prometheus-operator-models"
+
+
+def _fetch_operator_models() -> tuple[Path | None, str]:
+    modules = MODELS_CACHE / "node_modules"
+    if (modules / "@kubernetes-models" / "prometheus-operator" / "package.json").is_file():
+        return modules, ""
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        return None, "npm and node are needed (they fetch and run " + OPERATOR_MODELS + ")"
+    MODELS_CACHE.mkdir(parents=True, exist_ok=True)
+    try:
+        installed = subprocess.run(
+            [npm, "install", "--prefix", str(MODELS_CACHE), "--no-audit", "--no-fund",
+             "--silent", OPERATOR_MODELS],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None, f"`npm install {OPERATOR_MODELS}` timed out"
+    if installed.returncode != 0:
+        return None, f"`npm install {OPERATOR_MODELS}` failed: {installed.stderr.strip()[-500:]}"
+    return modules, ""
+
+
+@dataclass
+class OperatorSchemas:
+    """The Prometheus Operator's CRD schemas (ServiceMonitor, PrometheusRule, …) as the npm
+    package @kubernetes-models/prometheus-operator publishes them, run by node."""
+
+    modules: Path
+
+    def errors(self, manifests: list[dict[str, Any]]) -> list[str]:
+        script = Path(__file__).with_name("validate_crds.mjs")
+        result = subprocess.run(
+            ["node", str(script), str(self.modules)],
+            input=json.dumps(manifests), capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if result.returncode not in (0, 1) or not result.stdout.strip():
+            raise AssertionError(f"validate_crds.mjs failed:\n{result.stdout}{result.stderr}")
+        errors: list[str] = json.loads(result.stdout.strip().splitlines()[-1])
+        return errors
+
+
+@pytest.fixture(scope="session")
+def operator_schemas() -> OperatorSchemas:
+    modules, why = _fetch_operator_models()
+    require_service("prometheus-operator schemas", modules is not None, why)
+    assert modules is not None
+    return OperatorSchemas(modules)

@@ -95,3 +95,8 @@ allowPrivilegeEscalation: false
 capabilities:
   drop: ["ALL"]
 {{- end -}}
+
+{{/* The Secret holding EPOCHAL_METRICS_TOKEN, the bearer token of the ServiceMonitor. */}}
+{{- define "epochal.metricsSecret" -}}
+{{- .Values.metrics.tokenSecret | default (printf "%s-metrics" (include "epochal.fullname" .)) -}}
+{{- end -}}
