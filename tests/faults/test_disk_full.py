@@ -11,7 +11,9 @@ import time
 
 import pytest
 
-from runners.engine import chunks
+from runners import config
+from runners.engine.state import memory_cache
+from runners.engine.state.restore import load_key_group
 from snapshots_store import Repository, StoreFullError, check_repository
 from tests.faults.report import injections, record
 from tests.faults.small_disk import fill, grow, small_disk
@@ -61,20 +63,21 @@ def test_a_full_state_cache_degrades_to_store_reads(
 ) -> None:
     head = reference.read_manifest(reference.resolve("main"))
     expected = {
-        group: chunks.load_key_group(reference, chain, ("key",), use_cache=False).table
+        group: load_key_group(reference, chain, ("key",), use_cache=False).table
         for group, chain in head.key_groups.items()
     }
     with small_disk(256) as disk:
         cache = disk / "cache"
         cache.mkdir()
         fill(disk)
-        monkeypatch.setenv(chunks.DISK_CACHE_ENV, str(cache))
-        chunks.cache_clear()  # this process's memory cache too: every read goes to the store
-        misses = chunks.stats["misses"]
+        monkeypatch.setenv(config.STATE_CACHE_DIR_ENV, str(cache))
+        config.reload()
+        memory_cache.cache_clear()  # this process's memory cache too: every read goes to the store
+        misses = memory_cache.stats["misses"]
         for group, chain in head.key_groups.items():
-            table = chunks.load_key_group(reference, chain, ("key",)).table
+            table = load_key_group(reference, chain, ("key",)).table
             assert table.equals(expected[group]), f"key group {group} read wrong"
-        assert chunks.stats["misses"] - misses >= len(head.key_groups)
+        assert memory_cache.stats["misses"] - misses >= len(head.key_groups)
         assert not any(p.is_file() for p in cache.rglob("*"))  # nothing half-written
     record("disk_full_cache", injected=len(head.key_groups), survived=len(head.key_groups),
            lost=0, duplicated=0)  # fmt: skip
