@@ -44,13 +44,13 @@ def test_unknown_kind_bad_name_and_non_object_config_are_refused() -> None:
         build("x", "kafka2", {})
     with pytest.raises(ValueError, match="sink name 'a b'"):
         build("a b", "redis_streams", REDIS)
-    with pytest.raises(ValueError, match="config must be an object"):
+    with pytest.raises(ValueError, match="config: must be a JSON object"):
         build("x", "iceberg", ["catalog_uri"])  # type: ignore[arg-type]
 
 
 def test_every_kind_builds_from_a_good_config_and_logs_refuse_to_unpublish() -> None:
     good = {"iceberg": ICEBERG, "redis_streams": REDIS, "rabbitmq_streams": RABBIT}
-    assert set(good) == set(KINDS)
+    assert set(good) <= set(KINDS)  # delta, kafka and postgres: tests/engine/test_*sink*.py
     sinks = {kind: build(f"s-{kind}", kind, config) for kind, config in good.items()}
     assert {kind: sink.name for kind, sink in sinks.items()} == {k: f"s-{k}" for k in good}
     for kind in ("redis_streams", "rabbitmq_streams"):
