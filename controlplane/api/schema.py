@@ -11,14 +11,13 @@ import copy
 import re
 from typing import Any
 
-import jsonschema
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework.permissions import SAFE_METHODS
 
 from controlplane.api.errors import ErrorSerializer
 from controlplane.api.operation_docs import DESCRIPTIONS
-from controlplane.patterns import REVISION_FORMAT
+from controlplane.patterns import REVISION_FORMAT, SchemaValidator
 from controlplane.refnames import REF_PATTERN, REVISION_PATTERN
 
 _DESCRIPTIONS = {
@@ -281,12 +280,12 @@ def valid_defaults(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     `code_version` where a given one may not be empty, an empty e-mail address) is what the
     server uses when the field is omitted, not a value a client may send: the schema says so in
     the description instead of a `default` validators reject."""
-    checker = jsonschema.Draft4Validator.FORMAT_CHECKER
+    checker = SchemaValidator.FORMAT_CHECKER
     for schema in _walk(result.get("components", {})):
         if "default" not in schema or "$ref" in str(schema):
             continue
         own = {key: schema[key] for key in _CONSTRAINTS if key in schema}
-        if jsonschema.Draft4Validator(own, format_checker=checker).is_valid(schema["default"]):
+        if SchemaValidator(own, format_checker=checker).is_valid(schema["default"]):
             continue
         default = schema.pop("default")
         omitted = f"Omitted: {default!r}." if default != "" else "Omitted: none (empty)."

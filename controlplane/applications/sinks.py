@@ -77,8 +77,8 @@ def shared_sink_errors(config: Any, writers: Mapping[str, Sequence[str]]) -> lis
     names = config.get("sinks", []) if isinstance(config, Mapping) else []
     return [
         f"sink {name!r} is written by job {', '.join(writers[name])}; a fork writes where its "
-        "version names, never into its parent's: an admin registers another sink and a "
-        "version naming it"
+        "version names, never into its parent's: fork with sinks naming registered sinks "
+        "nobody writes ([] for none), or an admin registers another sink"
         for name in names
         if isinstance(name, str) and writers.get(name)
     ]

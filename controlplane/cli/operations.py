@@ -289,6 +289,11 @@ def _fork_params(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--code-version", help="admins: the new version's code version")
     parser.add_argument("--config", help="admins: JSON config of the new version")
+    parser.add_argument(
+        "--sinks",
+        help="comma-separated registered sinks the fork writes to instead of its version's "
+        "('' for none)",
+    )
     parser.add_argument("--parallelism", type=int)
     parser.add_argument("--start", action="store_true", help="start the new job")
 
@@ -310,6 +315,8 @@ def _fork(args: argparse.Namespace) -> dict[str, Any]:
     ):
         if getattr(args, key) is not None:
             params[name] = getattr(args, key)
+    if args.sinks is not None:
+        params["sinks"] = [name.strip() for name in args.sinks.split(",") if name.strip()]
     if args.config:
         try:
             params["config"] = json.loads(args.config)

@@ -124,6 +124,14 @@ PARAMS: Final[Mapping[str, dict[str, Any]]] = {
                 "description": "Admins only: the new version's code version.",
             },
             "config": {**_JSON_OBJECT, "description": "Admins only: the new version's config."},
+            "sinks": {
+                "type": "array",
+                "items": {**_NAME},
+                "uniqueItems": True,
+                "description": "Registered sinks the fork writes to instead of its version's "
+                "([] for none): the fork runs a new version like it but for its sinks. Two "
+                "branches never write one sink.",
+            },
         },
         required=("snapshot", "branch"),
     ),

@@ -131,7 +131,29 @@ def test_a_fork_never_names_its_parents_sink(
         f"/api/jobs/{lineage.job.name}/operations/", body, format="json"
     )
     assert response.status_code == 422, response.content  # well-formed, names a taken sink
-    assert "sink 'lake' is written by job clicks-main" in response.json()["error"]["message"]
+    message = response.json()["error"]["message"]
+    assert "sink 'lake' is written by job clicks-main" in message and "sinks" in message
+
+    # an operator forks with sinks of its own (registered ones nobody writes), or none
+    from controlplane.operations.models import Operation
+
+    _register("lake2", "delta", {"path": str(roots / "lake2")})
+    unknown = dict(body, params={**body["params"], "sinks": ["nope"]})
+    refused = client_for("operator").post(
+        f"/api/jobs/{lineage.job.name}/operations/", unknown, format="json"
+    )
+    assert refused.status_code in (400, 422), refused.content
+    assert "sinks" in refused.json()["error"]["fields"]
+    for branch, sinks in (("try", ["lake2"]), ("none", [])):
+        fork = dict(body, params={**body["params"], "branch": branch, "sinks": sinks})
+        accepted = client_for("operator").post(
+            f"/api/jobs/{lineage.job.name}/operations/", fork, format="json"
+        )
+        assert accepted.status_code in (200, 201, 202), accepted.content
+        params = Operation.objects.get(pk=accepted.json()["id"]).params
+        assert params["version_id"] is None  # a new version like the job's but for its sinks
+        assert params["new_version"]["config"].get("sinks", []) == sinks
+        assert params["new_version"]["job"] == JOB_REFERENCE
 
 
 def test_the_sink_lag_is_a_job_field_and_a_metric(lineage: Lineage, client_for: Client) -> None:

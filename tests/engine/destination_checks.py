@@ -25,10 +25,12 @@ def unique_table(prefix: str) -> str:
 
 
 def frame(table: pa.Table | pd.DataFrame, columns: list[str] | None = None) -> pd.DataFrame:
-    """Rows sorted by epoch and key, in a fixed column order, as plain Python values."""
+    """Rows sorted by epoch, then by every other column (a job's key need not be named
+    ``key``), in a fixed column order, as plain Python values."""
     df = table if isinstance(table, pd.DataFrame) else table.to_pandas()
     columns = columns or sorted(df.columns)
-    df = df[columns].sort_values([c for c in (EPOCH, "key") if c in columns])
+    order = [c for c in (EPOCH, "key") if c in columns]
+    df = df[columns].sort_values([*order, *(c for c in columns if c not in order)], kind="stable")
     return df.reset_index(drop=True).astype(object)
 
 

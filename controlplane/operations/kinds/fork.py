@@ -17,7 +17,7 @@ from django.db import IntegrityError, transaction
 
 from controlplane.accounts.roles import ADMIN, has_role
 from controlplane.applications.models import NAME_PATTERN, Application, ApplicationVersion
-from controlplane.applications.sinks import shared_sink_errors, sink_writers
+from controlplane.applications.sinks import shared_sink_errors, sink_writers, version_sink_errors
 from controlplane.errors import Conflict, Forbidden, InvalidRequest
 from controlplane.jobs.models import Job
 from controlplane.jobs.services import job_create, version_config_errors
@@ -102,7 +102,15 @@ class ForkSpec(OperationSpec):
             cleaned["version_id"] = None
         else:
             cleaned["version_id"] = _runnable(application, base).pk
-        config = cleaned["new_version"]["config"] if new_version else base.config if base else {}
+        if "sinks" in params:
+            _with_sinks(params["sinks"], cleaned, base)
+        config = (
+            cleaned["new_version"]["config"]
+            if cleaned.get("new_version")
+            else base.config
+            if base
+            else {}
+        )
         shared = shared_sink_errors(config, sink_writers(application))
         if shared:
             raise InvalidRequest("; ".join(shared), fields={"version": shared}, code="sink_taken")
@@ -330,6 +338,28 @@ def _runnable(application: Application, base: ApplicationVersion | None) -> Appl
             code="unregistered_job",
         )
     return base
+
+
+def _with_sinks(sinks: Any, cleaned: dict[str, Any], base: ApplicationVersion | None) -> None:
+    """The fork writes to `sinks` (registered sink names) instead of its version's: when
+    they differ, it runs a new version like its own but for them (an operator picks among
+    registered sinks; choosing a place stays with admins)."""
+    errors = version_sink_errors(sinks)
+    if errors:
+        raise InvalidRequest("; ".join(errors), fields={"sinks": errors}, code="unknown_sink")
+    source = cleaned.get("new_version") or {
+        "job": base.job if base else "",
+        "code_version": base.code_version if base else "",
+        "config": base.config if base else {},
+    }
+    config = source["config"] if isinstance(source["config"], Mapping) else {}
+    if list(config.get("sinks", [])) == list(sinks):
+        return
+    new_config = {**config, "sinks": list(sinks)}
+    if not sinks:
+        del new_config["sinks"]
+    cleaned["new_version"] = {**source, "config": new_config}
+    cleaned["version_id"] = None
 
 
 def _refuse_taken(application: Application, branch: str, job_name: str) -> None:

@@ -76,7 +76,7 @@ class DeltaSink(ChainSinkBase):
         if isinstance(partition_by, str):
             partition_by = [partition_by]
         if not isinstance(partition_by, list) or not all(
-            isinstance(c, str) and _COLUMN.match(c) for c in partition_by
+            isinstance(c, str) and _COLUMN.fullmatch(c) for c in partition_by
         ):
             raise bad("partition_by", f"{partition_by!r}: a list of column names")
         mode = config.get("schema_evolution", "none")
@@ -90,7 +90,7 @@ class DeltaSink(ChainSinkBase):
         if any("SECRET" in k.upper() or "PASSWORD" in k.upper() for k in options):
             raise bad("storage_options", "no secrets here: name them with credentials_env")
         env = config.get("credentials_env", "")
-        if not isinstance(env, str) or (env and not _ENV.match(env)):
+        if not isinstance(env, str) or (env and not _ENV.fullmatch(env)):
             raise bad("credentials_env", f"{env!r}: an environment variable prefix")
         return cls(
             path=path,

@@ -99,7 +99,7 @@ class PostgresSink(ChainSinkBase):
         table = config.get("table")
         if (
             not isinstance(table, str)
-            or not all(_NAME.match(p) for p in table.split("."))
+            or not all(_NAME.fullmatch(p) for p in table.split("."))
             or table.count(".") > 1
         ):
             raise bad("table", f"{table!r}: name or schema.name (letters, digits, _)")
@@ -109,10 +109,12 @@ class PostgresSink(ChainSinkBase):
         key = config.get("key", [])
         if isinstance(key, str):
             key = [key]
-        if not isinstance(key, list) or not all(isinstance(k, str) and _NAME.match(k) for k in key):
+        if not isinstance(key, list) or not all(
+            isinstance(k, str) and _NAME.fullmatch(k) for k in key
+        ):
             raise bad("key", f"{key!r}: a list of column names")
         env = config.get("password_env", "")
-        if not isinstance(env, str) or (env and not _ENV.match(env)):
+        if not isinstance(env, str) or (env and not _ENV.fullmatch(env)):
             raise bad("password_env", f"{env!r}: an environment variable name")
         create = config.get("create", True)
         if not isinstance(create, bool):
