@@ -270,13 +270,31 @@ def operation_enqueue(operation_id: str) -> None:
     signature(RUN_OPERATION_TASK, args=(operation_id,)).delay()
 
 
+def broker_unavailable(exc: BaseException) -> str:
+    """What a send the broker refused tells an operator: which broker (its URL without
+    credentials) and why."""
+    from celery import current_app
+    from kombu.utils.url import maybe_sanitize_url
+
+    url = maybe_sanitize_url(str(current_app.conf.broker_url or ""))
+    why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"the broker ({url}) is unavailable: {why}"
+
+
 def operation_dispatch(operation: Operation) -> None:
-    """Hand the operation to a Celery worker; the reconciler retries when the broker is down."""
+    """Hand the operation to a Celery worker. When the broker is away the operation stays
+    recorded as pending and no worker holds it: the reconciler's next pass after the broker
+    is back dispatches it (`reconciler.reconcile_operations`), and the executor's lease runs
+    it once however many messages reach workers."""
     try:
         operation_enqueue(str(operation.pk))
-    except Exception:
+    except Exception as exc:
         log.warning(
-            "could not dispatch operation %s; the reconciler will", operation.pk, exc_info=True
+            "operation %s (%s) recorded but not dispatched: %s; it stays pending until the "
+            "reconciler dispatches it",
+            operation.pk,
+            operation.kind,
+            broker_unavailable(exc),
         )
 
 
