@@ -1,18 +1,26 @@
 """The Celery broker goes away and comes back while operations are requested through the REST
-API: a private ``redis-server`` (append-only file on) is the broker of this process and of a
-real Celery worker with its embedded beat (the reconciler), and the test kills it (SIGKILL) and
-starts it again on the same port, `EPOCHAL_FAULT_INJECTIONS` times.
+API: a private ``redis-server`` (no persistence: a crash loses every queued message) is the
+broker of this process and of a real Celery worker with its embedded beat (the reconciler), and
+the test kills it (SIGKILL) and starts it again on the same port, `EPOCHAL_FAULT_INJECTIONS`
+times, in turn:
+
+* operations are requested while the broker is down;
+* operations are requested and sent while the worker is frozen (SIGSTOP), then the broker
+  crashes with their messages still queued.
 
 An operation requested while the broker is down is either accepted — recorded, and run exactly
 once after the broker is back: the reconciler dispatches operations that were recorded but
 never reached a worker — or refused with 503, ``Retry-After`` and an error naming the broker,
-leaving no row behind. None is lost, none runs twice (counted from the operations and the audit
-of their phase executions), and the beat keeps ticking after every outage.
+leaving no row behind. An operation whose message the broker lost is dispatched again. None is
+lost, none runs twice (counted from the operations and the audit of their phase executions),
+and the beat keeps ticking after every outage.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,7 +62,7 @@ def _use_broker(url: str) -> None:
 
 @pytest.fixture
 def broker() -> Iterator[PrivateRedis]:
-    with private_redis(appendonly=True) as server:
+    with private_redis(appendonly=False) as server:  # a crash loses what it held
         yield server
 
 
@@ -141,7 +149,45 @@ def _executions(op: Operation) -> tuple[int, dict[str, int]]:
     return started, phases
 
 
-def test_operations_requested_while_the_broker_is_down_run_exactly_once(
+Requested = list[tuple[str, str | None]]
+
+
+def _requested_while_down(
+    operator: APIClient, broker: PrivateRedis, plane: ControlPlane, tag: str
+) -> Requested:
+    """The broker crashes; operations are requested while it is away; it comes back."""
+    broker.stop()  # SIGKILL
+    requested = [_request(operator, job, tag) for job in JOBS]
+    accepted = sum(i is not None for _, i in requested)
+    # recorded, held by no worker, and counted where an operator looks
+    assert _undispatched(operator) == accepted
+    time.sleep(OUTAGE_S)
+    broker.start()
+    return requested
+
+
+def _queue_lost(
+    operator: APIClient, broker: PrivateRedis, plane: ControlPlane, tag: str
+) -> Requested:
+    """Operations are requested and sent while the worker is frozen (SIGSTOP), then the broker
+    crashes without persistence: the messages it held are gone when it comes back."""
+    worker = plane.workers[0]
+    os.kill(worker.pid, signal.SIGSTOP)
+    try:
+        requested = [_request(operator, job, tag) for job in JOBS]
+        broker.stop()  # SIGKILL: its queues were in memory only
+        time.sleep(OUTAGE_S)
+        broker.start()
+    finally:
+        os.kill(worker.pid, signal.SIGCONT)
+    return requested
+
+
+#: the two ways an outage meets operations, taken in turn
+INJECTIONS = (_requested_while_down, _queue_lost)
+
+
+def test_operations_requested_around_broker_crashes_run_exactly_once(
     plane: ControlPlane, broker: PrivateRedis, operator: APIClient
 ) -> None:
     for name in JOBS:
@@ -157,14 +203,9 @@ def test_operations_requested_while_the_broker_is_down_run_exactly_once(
     recover_s: list[float] = []
     wanted = injections()
     for n in range(wanted):
-        broker.stop()  # SIGKILL: the broker crashes
-        requested = [_request(operator, job, f"during-outage-{n}") for job in JOBS]
-        ids = {i for state, i in requested if i is not None}
-        # recorded, held by no worker, and counted where an operator looks
-        assert _undispatched(operator) == len(ids)
-        time.sleep(OUTAGE_S)
-        broker.start()  # the same port, its append-only file
+        requested = INJECTIONS[n % len(INJECTIONS)](operator, broker, plane, f"outage-{n}")
         back = time.monotonic()
+        ids = {i for _, i in requested if i is not None}
         refused += sum(state == "refused" for state, _ in requested)
         accepted |= ids
         _wait(f"the operations of outage {n} to end", lambda ids=ids: _ended(ids),
@@ -187,7 +228,7 @@ def test_operations_requested_while_the_broker_is_down_run_exactly_once(
     survived = sum(
         1 for n in range(wanted)
         if all(op.state == OperationState.SUCCEEDED for op in operations
-               if op.params.get("name") == f"during-outage-{n}")
+               if op.params.get("name") == f"outage-{n}")
     )  # fmt: skip
     record("broker", injected=wanted, survived=survived, lost=len(lost), duplicated=duplicated,
            recover_s=recover_s)  # fmt: skip
