@@ -42,6 +42,7 @@ EXPECTED_CLASSES = frozenset(
         "object_store",
         "object_store_job",
         "database",
+        "database_operation",
         "broker",
         "disk_full_store",
         "disk_full_cache",
