@@ -259,6 +259,14 @@ def _operation_record(
 
 
 RUN_OPERATION_TASK = "epochal.run_operation"
+#: one more try after a failed send (a pooled connection the broker's restart closed), not
+#: Celery's three: a broker that is away costs a request at most two broker timeouts
+SEND_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
 
 
 def operation_enqueue(operation_id: str) -> None:
@@ -267,7 +275,7 @@ def operation_enqueue(operation_id: str) -> None:
     A signature by name keeps this module free of an import of `tasks` (which imports the
     executor and the reconciler); Celery still runs it eagerly when the app says so.
     """
-    signature(RUN_OPERATION_TASK, args=(operation_id,)).delay()
+    signature(RUN_OPERATION_TASK, args=(operation_id,)).apply_async(retry_policy=SEND_RETRY_POLICY)
 
 
 def broker_unavailable(exc: BaseException) -> str:

@@ -47,13 +47,19 @@ OUTAGE_S = 1.0
 #: the worker's lease: an operation whose message the broker lost is dispatched again after it
 LEASE_S = 3.0
 RECOVER_LIMIT_S = 60.0
+HUNG_TIMEOUT_S = 1.0  # EPOCHAL_BROKER_TIMEOUT_S for the hung broker (default 5)
 
 
-def _use_broker(url: str) -> None:
-    """This process (the API's request path) sends its tasks to `url`."""
+def _use_broker(url: str, timeout_s: float | None = None) -> None:
+    """This process (the API's request path) sends its tasks to `url`, with the socket timeouts
+    the settings give a Redis broker (`timeout_s`: none)."""
+    from controlplane import config
     from controlplane.celery import app
 
     app.conf.broker_url = url
+    app.conf.broker_transport_options = (
+        {} if timeout_s is None else config.redis_broker_options(timeout_s)
+    )
     app._pool = None  # the connection pools remember the broker they were made for
     amqp = app.__dict__.get("amqp")
     if amqp is not None:
@@ -265,4 +271,36 @@ def test_a_reconciler_pass_that_meets_no_broker_gives_its_claims_back(
         broker.start()
         assert reconcile_operations() == len(ops)  # the next pass dispatches them all
     finally:
+        _use_broker(before)
+
+
+def test_a_hung_broker_does_not_hold_an_operation_request(
+    broker: PrivateRedis, operator: APIClient, settings: Any, tmp_path: Path
+) -> None:
+    """A broker that accepts connections and never answers (SIGSTOPped: paused, hung, behind a
+    partition that drops packets): the request is answered within the broker timeout, the
+    operation recorded and left for the reconciler, which dispatches it once the broker
+    answers again."""
+    from controlplane.operations.reconciler import reconcile_operations
+
+    settings.EPOCHAL_STORE_URL = f"file://{tmp_path / 'store'}"
+    build_lineage(JOBS[0])
+    before = settings.CELERY_BROKER_URL
+    _use_broker(broker.url(), timeout_s=HUNG_TIMEOUT_S)
+    assert broker.proc is not None
+    try:
+        broker.proc.send_signal(signal.SIGSTOP)
+        began = time.monotonic()
+        state, op_id = _request(operator, JOBS[0], "hung")
+        took = time.monotonic() - began
+        assert took < 4 * HUNG_TIMEOUT_S + 2, took  # a send and its one retry, not for ever
+        assert state == "accepted" and op_id is not None
+        assert _undispatched(operator) == 1
+        broker.proc.send_signal(signal.SIGCONT)
+        Operation.objects.filter(pk=op_id).update(
+            created_at=F("created_at") - dt.timedelta(seconds=10)
+        )
+        assert reconcile_operations() == 1
+    finally:
+        broker.proc.send_signal(signal.SIGCONT)
         _use_broker(before)
