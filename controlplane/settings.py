@@ -205,8 +205,9 @@ CELERY_TASK_ALWAYS_EAGER = config.env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 # reconciler — rather than held (docs/operations-runbook.md).
 EPOCHAL_BROKER_TIMEOUT_S = config.broker_timeout_s()
 CELERY_BROKER_CONNECTION_TIMEOUT = EPOCHAL_BROKER_TIMEOUT_S
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
-    CELERY_BROKER_TRANSPORT_OPTIONS = config.redis_broker_options(EPOCHAL_BROKER_TIMEOUT_S)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {**config.redis_broker_options(EPOCHAL_BROKER_TIMEOUT_S)}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("out", "processed", "control"):
