@@ -5,8 +5,8 @@ the test kills it (SIGKILL) and starts it again on the same port, `EPOCHAL_FAULT
 times, in turn:
 
 * operations are requested while the broker is down;
-* operations are requested and sent while the worker is frozen (SIGSTOP), then the broker
-  crashes with their messages still queued.
+* operations are requested and sent while no worker consumes (stopped, as in a deploy), then
+  the broker crashes with their messages still queued, and a worker starts again.
 
 An operation requested while the broker is down is either accepted — recorded, and run exactly
 once after the broker is back: the reconciler dispatches operations that were recorded but
@@ -19,7 +19,6 @@ and the beat keeps ticking after every outage.
 from __future__ import annotations
 
 import datetime as dt
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -175,17 +174,18 @@ def _requested_while_down(
 def _queue_lost(
     operator: APIClient, broker: PrivateRedis, plane: ControlPlane, tag: str
 ) -> Requested:
-    """Operations are requested and sent while the worker is frozen (SIGSTOP), then the broker
-    crashes without persistence: the messages it held are gone when it comes back."""
-    worker = plane.workers[0]
-    os.kill(worker.pid, signal.SIGSTOP)
-    try:
-        requested = [_request(operator, job, tag) for job in JOBS]
-        broker.stop()  # SIGKILL: its queues were in memory only
-        time.sleep(OUTAGE_S)
-        broker.start()
-    finally:
-        os.kill(worker.pid, signal.SIGCONT)
+    """Operations are requested and sent while no worker consumes (the worker stopped, as in a
+    deploy), then the broker crashes without persistence: the messages it queued are gone when
+    it comes back, and so is the worker's beat until a new worker starts.
+
+    (Not a frozen worker: SIGSTOP may catch it inside a transaction — the reconciler's lineage
+    pass locks the application row — and the request's insert would wait on that lock.)"""
+    plane.stop_workers()
+    requested = [_request(operator, job, tag) for job in JOBS]
+    broker.stop()  # SIGKILL: its queues were in memory only
+    time.sleep(OUTAGE_S)
+    broker.start()
+    plane.start_worker()
     return requested
 
 
