@@ -12,7 +12,8 @@ after it, or the whole of an operation that met faults. The baseline is each sce
 fault-free reference inside the run (equal output, equal history). Load averages before and
 after each run are recorded (the machine is shared: a slow figure under load is no verdict).
 
-Checks (exit status 1 when any fails): the suite passed, every class injected at least
+Checks (exit status 1 when any fails): the suite passed, every class of `EXPECTED_CLASSES`
+reported (unless pytest arguments pick some scenarios), every class injected at least
 `--injections` faults (the job-level store class: at least 1 outage per run), nothing lost,
 nothing duplicated, every injection survived.
 """
@@ -34,6 +35,21 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 #: Classes whose scenario injects one outage per run (plus random faults around it).
 PER_RUN_CLASSES = {"object_store_job"}
+#: Every class the fault suite reports (issue 29); a full run (no pytest filter) must report
+#: each of them.
+EXPECTED_CLASSES = frozenset(
+    {
+        "object_store",
+        "object_store_job",
+        "database",
+        "database_operation",
+        "broker",
+        "disk_full_store",
+        "disk_full_cache",
+        "damaged_object",
+        "control_plane_replicas",
+    }
+)
 
 
 def _percentile(values: list[float], q: float) -> float | None:
@@ -96,12 +112,17 @@ def run_suite(injections: int, pytest_args: list[str]) -> dict[str, Any]:
     }
 
 
-def check(run: dict[str, Any], injections: int) -> list[str]:
+def check(run: dict[str, Any], injections: int, *, filtered: bool = False) -> list[str]:
+    """What is wrong with `run`; `filtered`: pytest was asked for some scenarios only (so
+    classes it did not run are not missing)."""
     failures = []
     if run["pytest_exit"] != 0:
         failures.append(f"the fault suite failed: {run['pytest_summary']}")
     if not run["classes"]:
         failures.append("no scenario reported anything")
+    missing = sorted(EXPECTED_CLASSES - set(run["classes"]))
+    if missing and not filtered:
+        failures.append(f"no scenario reported the classes {missing}")
     for name, c in run["classes"].items():
         wanted = 1 if name in PER_RUN_CLASSES else injections
         if c["injected"] < wanted:
@@ -125,7 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--injections and --runs must be >= 1")
     runs = [run_suite(args.injections, args.pytest_args) for _ in range(args.runs)]
     failures = [
-        f"run {i + 1}: {f}" for i, run in enumerate(runs) for f in check(run, args.injections)
+        f"run {i + 1}: {f}"
+        for i, run in enumerate(runs)
+        for f in check(run, args.injections, filtered=bool(args.pytest_args))
     ]
     names = sorted({name for run in runs for name in run["classes"]})
     median = {

@@ -124,6 +124,19 @@ def broker_url() -> str:
     return env("CELERY_BROKER_URL", "filesystem://")
 
 
+def broker_timeout_s() -> float:
+    """Seconds a send to the broker, or a connection to it, may take (EPOCHAL_BROKER_TIMEOUT_S)."""
+    return float(env("EPOCHAL_BROKER_TIMEOUT_S", "5"))
+
+
+def redis_broker_options(timeout_s: float) -> dict[str, float]:
+    """kombu's Redis transport options: socket timeouts, so a broker that holds connections
+    without answering (paused, hung, behind a partition that drops packets) fails a send after
+    `timeout_s` instead of holding the API request, the reconciler or the beat for ever (kombu
+    waits for ever by default)."""
+    return {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+
+
 def store_url() -> str:
     return local_store_url(env("STORE_URL", ""), root=BASE_DIR, default=VAR_DIR / "store")
 

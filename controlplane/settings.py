@@ -200,6 +200,14 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_ALWAYS_EAGER = config.env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+# A broker that is away fails a send within this many seconds (a connection to it, an answer
+# from it), so an operation request is answered — recorded, dispatched later by the
+# reconciler — rather than held (docs/operations-runbook.md).
+EPOCHAL_BROKER_TIMEOUT_S = config.broker_timeout_s()
+CELERY_BROKER_CONNECTION_TIMEOUT = EPOCHAL_BROKER_TIMEOUT_S
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {**config.redis_broker_options(EPOCHAL_BROKER_TIMEOUT_S)}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     _broker_dir = VAR_DIR / "broker"
     for _sub in ("out", "processed", "control"):

@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Min
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -40,7 +40,9 @@ from controlplane.applications.models import Application
 from controlplane.audit.rejections import rejection_totals
 from controlplane.autoscaler.models import AutoscaleDecision
 from controlplane.jobs.models import Job, JobState
+from controlplane.jobs.selectors import runs_watched_at
 from controlplane.lineage.models import Branch, Snapshot
+from controlplane.operations.executor import QUEUED
 from controlplane.operations.models import Operation, OperationKind, OperationState
 from controlplane.operations.webs import head_inputs
 from runners.engine.fan_in import flatten_inputs
@@ -317,6 +319,36 @@ class DatabaseCollector(Collector):
                 [kind], _histogram(values, DURATION_BUCKETS), sum_value=sum(values)
             )
         yield histogram
+        yield from self._undispatched()
+
+    def _undispatched(self) -> Iterator[Metric]:
+        """Pending operations no worker has taken (the broker was away when they were
+        requested, or lost their message): the reconciler dispatches them once it is back."""
+        waiting = Operation.objects.filter(
+            state=OperationState.PENDING, lease_owner__in=["", QUEUED]
+        ).aggregate(n=Count("id"), oldest=Min("created_at"))
+        count = GaugeMetricFamily(
+            "epochal_operations_undispatched",
+            "Pending operations no worker has taken yet (a broker outage keeps them here).",
+        )
+        count.add_metric([], waiting["n"] or 0)
+        yield count
+        oldest = GaugeMetricFamily(
+            "epochal_operation_undispatched_oldest_seconds",
+            "Age of the oldest pending operation no worker has taken (0: none).",
+        )
+        age = 0.0
+        if waiting["oldest"] is not None:
+            age = max(0.0, time.time() - waiting["oldest"].timestamp())
+        oldest.add_metric([], age)
+        yield oldest
+        watched = GaugeMetricFamily(
+            "epochal_reconciler_last_pass_timestamp_seconds",
+            "When the reconciler's beat last checked the live runs (Unix time; 0: never).",
+        )
+        at = runs_watched_at()
+        watched.add_metric([], 0.0 if at is None else at.timestamp())
+        yield watched
 
     def _autoscaler(self) -> Iterator[Metric]:
         decisions = GaugeMetricFamily(

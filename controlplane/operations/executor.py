@@ -128,8 +128,11 @@ class _Heartbeat:
             while not self._stop.wait(_lease_s() / 3):
                 try:
                     self.renew()
-                except Exception:  # the database blinked: try again next beat
-                    log.warning("lease renewal of %s failed", self.operation_id, exc_info=True)
+                except Exception as exc:  # the database blinked: try again next beat
+                    log.warning("lease renewal of %s failed: %s", self.operation_id, exc)
+                    # on a new connection: Django never reopens a broken one by itself, and a
+                    # heartbeat that cannot renew lets the lease expire under a running phase
+                    connection.close()
         finally:
             connection.close()
 

@@ -31,7 +31,11 @@ from controlplane.jobs.store import application_repository
 from controlplane.operations.executor import QUEUED
 from controlplane.operations.models import ACTIVE_STATES, Operation
 from controlplane.operations.schedule import prune_periodic_savepoints, request_due_savepoints
-from controlplane.operations.services import operation_enqueue, operation_request
+from controlplane.operations.services import (
+    broker_unavailable,
+    operation_enqueue,
+    operation_request,
+)
 from runners.launcher import RunHandle
 from snapshots_store import collect_garbage
 
@@ -49,6 +53,7 @@ def reconcile_operations() -> int:
         Q(lease_expires_at__isnull=True, created_at__lt=now - dt.timedelta(seconds=2))
         | Q(lease_expires_at__lt=now)
     )
+    stale = list(stale)
     dispatched = 0
     for op in stale:
         claimed = (
@@ -60,10 +65,21 @@ def reconcile_operations() -> int:
             continue
         try:
             operation_enqueue(str(op.pk))
-            dispatched += 1
-            log.info("reconciler dispatched %s operation %s (%s)", op.kind, op.pk, op.state)
-        except Exception:
-            log.warning("could not dispatch operation %s", op.pk, exc_info=True)
+        except Exception as exc:
+            # the broker is away: give the claim back, so the next tick (the beat's first
+            # once the broker is back) dispatches it again rather than after a whole lease
+            Operation.objects.filter(pk=op.pk, lease_owner=QUEUED, state__in=ACTIVE_STATES).update(
+                lease_owner=op.lease_owner, lease_expires_at=op.lease_expires_at
+            )
+            waiting = len(stale) - dispatched
+            log.warning(
+                "%s; %d operation(s) wait for it, the next pass dispatches them",
+                broker_unavailable(exc),
+                waiting,
+            )
+            break  # the next one would meet the same broker
+        dispatched += 1
+        log.info("reconciler dispatched %s operation %s (%s)", op.kind, op.pk, op.state)
     return dispatched
 
 

@@ -259,6 +259,14 @@ def _operation_record(
 
 
 RUN_OPERATION_TASK = "epochal.run_operation"
+#: one more try after a failed send (a pooled connection the broker's restart closed), not
+#: Celery's three: a broker that is away costs a request at most two broker timeouts
+SEND_RETRY_POLICY = {
+    "max_retries": 1,
+    "interval_start": 0,
+    "interval_step": 0.2,
+    "interval_max": 0.2,
+}
 
 
 def operation_enqueue(operation_id: str) -> None:
@@ -267,16 +275,34 @@ def operation_enqueue(operation_id: str) -> None:
     A signature by name keeps this module free of an import of `tasks` (which imports the
     executor and the reconciler); Celery still runs it eagerly when the app says so.
     """
-    signature(RUN_OPERATION_TASK, args=(operation_id,)).delay()
+    signature(RUN_OPERATION_TASK, args=(operation_id,)).apply_async(retry_policy=SEND_RETRY_POLICY)
+
+
+def broker_unavailable(exc: BaseException) -> str:
+    """What a send the broker refused tells an operator: which broker (its URL without
+    credentials) and why."""
+    from celery import current_app
+    from kombu.utils.url import maybe_sanitize_url
+
+    url = maybe_sanitize_url(str(current_app.conf.broker_url or ""))
+    why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"the broker ({url}) is unavailable: {why}"
 
 
 def operation_dispatch(operation: Operation) -> None:
-    """Hand the operation to a Celery worker; the reconciler retries when the broker is down."""
+    """Hand the operation to a Celery worker. When the broker is away the operation stays
+    recorded as pending and no worker holds it: the reconciler's next pass after the broker
+    is back dispatches it (`reconciler.reconcile_operations`), and the executor's lease runs
+    it once however many messages reach workers."""
     try:
         operation_enqueue(str(operation.pk))
-    except Exception:
+    except Exception as exc:
         log.warning(
-            "could not dispatch operation %s; the reconciler will", operation.pk, exc_info=True
+            "operation %s (%s) recorded but not dispatched: %s; it stays pending until the "
+            "reconciler dispatches it",
+            operation.pk,
+            operation.kind,
+            broker_unavailable(exc),
         )
 
 

@@ -19,9 +19,15 @@ Mode = Literal["pass", "delay", "cut", "reset"]
 
 
 def _abort(sock: socket.socket) -> None:
-    """Close `sock` with an RST instead of a FIN (SO_LINGER with a zero timeout)."""
+    """Close `sock` with an RST instead of a FIN (SO_LINGER with a zero timeout).
+
+    A pump thread blocked reading `sock` holds the kernel's socket open past `close()` (no RST
+    goes out, and a peer waiting for an answer would wait for ever): shutting the reading side
+    down first wakes it, and the RST leaves when its read returns."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RD)
     with contextlib.suppress(OSError):
         sock.close()
 
@@ -123,7 +129,14 @@ class TcpProxy:
                 _abort(client)
                 continue
             with self._lock:
-                self._open.update((client, server))
+                # cut or reset while we connected upstream: `_drop` did not see this pair
+                doomed = self.mode in ("cut", "reset")
+                if not doomed:
+                    self._open.update((client, server))
+            if doomed:
+                _abort(client)
+                server.close()
+                continue
             ends = [2]  # pumps still running; the last one closes both sockets
             for source, sink in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(source, sink, ends), daemon=True).start()
