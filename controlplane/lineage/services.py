@@ -37,6 +37,7 @@ from controlplane.lineage.models import (
     SnapshotParent,
     Tag,
 )
+from controlplane.lineage.sink_facts import sink_facts
 from snapshots_store import Manifest, ObjectNotFoundError, Repository
 from snapshots_store import ReflogEntry as StoreReflogEntry
 from snapshots_store.codec import parse_timestamp
@@ -273,6 +274,7 @@ SNAPSHOT_COLUMNS = (
     "first_parent_id",
     "generation",
     "chain_id",
+    "sinks",
 )
 PARENT_COLUMNS = ("child_id", "parent_id", "position")
 EDGE_COLUMNS = ("from_chain_id", "from_generation", "to_chain_id", "to_generation", "first_parent")
@@ -310,6 +312,7 @@ def snapshot_row(
         first_parent_pk,
         generation,
         chain,
+        json.dumps(sink_facts(manifest)),
     )
 
 
