@@ -8,10 +8,11 @@ The engine records two things in every epoch's manifest (runners/engine/runner.p
   epoch goes (``destination``, ``writer``); a *log sink* (Kafka: ``topic``/``transactions``;
   Redis and RabbitMQ Streams: ``stream``/``generation``) what it will publish; Iceberg the
   data files it staged;
-* ``stats.sink_lag_epochs``: how many epochs of the branch's first-parent chain, up to the
-  epoch's parent, the chain sink furthest behind lacked when the epoch committed (the
-  largest over the chain sinks; the runner settles the sinks' writes of the previous epoch
-  before it reads the lag).
+* ``stats.sink_lag_epochs.<name>``: how many epochs of the branch's first-parent chain, up to
+  the epoch's parent, chain sink `name`'s destination lacked when the epoch committed (the
+  runner settles the sinks' writes of the previous epoch before it reads the lag);
+  ``stats.sink_lag_epochs`` is the largest over the chain sinks, all that manifests written
+  before the per-sink figures recorded.
 
 So for a chain sink, an epoch committed at epoch *e* with lag *L* proves that its destination
 held at least the chain's epochs up to ``e - 1 - L`` (chain epochs are numbered 1, 2, … without
@@ -25,6 +26,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 SINKS = "sinks"  # the manifest's extra key (runners.engine.sinks.SINKS)
+LAG = "sink_lag_epochs"  # the stats key (runners.engine.sink_catchup.LAG_KEY)
 Role = Literal["chain", "log", "two_phase"]
 #: the keys of a chain sink's staged record (ChainSinkBase.prepare)
 CHAIN_RECORD = frozenset({"destination", "writer"})
@@ -42,17 +44,18 @@ def sink_role(staged: Mapping[str, Any]) -> Role:
 
 
 def sink_facts(manifest: Any) -> dict[str, dict[str, Any]]:
-    """`{sink name: {"role": …, "held": epoch or None}}` of a manifest (`held`: for chain
-    sinks, the newest chain epoch every chain sink's destination is known to have held when
-    this epoch committed; None when the stats do not say)."""
+    """`{sink name: {"role": …, "held": epoch or None}}` of a manifest (`held`: for a chain
+    sink, the newest chain epoch its destination is known to have held when this epoch
+    committed, from its own lag or else the largest; None when the stats do not say)."""
     records = (manifest.extra or {}).get(SINKS)
     if not isinstance(records, Mapping):
         return {}
-    lag = (manifest.stats or {}).get("sink_lag_epochs")
+    stats = manifest.stats or {}
     facts: dict[str, dict[str, Any]] = {}
     for name, entry in records.items():
         staged = entry.get("staged") if isinstance(entry, Mapping) else None
         role = sink_role(staged if isinstance(staged, Mapping) else {})
+        lag = stats.get(f"{LAG}.{name}", stats.get(LAG))  # its own lag, else the largest
         held = None
         if role == "chain" and isinstance(lag, int | float) and manifest.epoch >= 1:
             held = max(0, int(manifest.epoch) - 1 - int(lag))

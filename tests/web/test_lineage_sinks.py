@@ -104,6 +104,29 @@ def test_the_index_keeps_each_sinks_role_and_the_epoch_its_destination_held() ->
     }
 
 
+def test_the_engine_records_each_chain_sinks_lag_and_the_index_uses_it() -> None:
+    from runners.engine.sink_catchup import SinkFollower
+
+    class Named:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    follower = SinkFollower(None, "ns", "main", [Named("lake"), Named("db")])  # type: ignore[arg-type, list-item]
+    follower.states["lake"].lag_epochs = 3  # the lake is down; the database keeps up
+    stats = follower.lag_stats()
+    assert stats["sink_lag_epochs"] == 3
+    assert stats["sink_lag_epochs.lake"] == 3 and stats["sink_lag_epochs.db"] == 0
+    records = {name: {"staged": {**LAKE, "destination": name}} for name in ("lake", "db")}
+    manifest = Manifest(
+        branch="main", epoch=6, parents=(), max_parallelism=4, parallelism=1, kind="epoch",
+        stats=stats, extra={"sinks": records},
+    )  # fmt: skip
+    assert sink_facts(manifest) == {
+        "lake": {"role": "chain", "held": 2},
+        "db": {"role": "chain", "held": 5},  # not held back by the lake's lag
+    }
+
+
 def test_a_lagging_sink_is_pending_until_a_later_commit_shows_it_caught_up(job: Job) -> None:
     job.commit("e1", 1, lag=0)
     job.commit("e2", 2, lag=1)  # the lake is down: it lacks epoch 1
