@@ -29,6 +29,7 @@ from typing import Any, Final
 from django.db import connection
 
 from controlplane.applications.models import Application
+from controlplane.lineage.errors import UnknownRevisionError
 from controlplane.lineage.models import Chain, Snapshot
 from controlplane.lineage.selectors import _edges_of, _seed
 
@@ -59,6 +60,10 @@ class SinkStatuses:
 
     def of(self, snapshot_id: str) -> dict[str, str]:
         return self.by_snapshot.get(snapshot_id, {})
+
+
+class _Unjudged(Exception):
+    """A branch whose head no revision names."""
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,10 @@ def _read(
     """In one statement: the first-parent path of branch `name`'s head, the sink facts of its
     newest WITNESSES generations, and those of the children of the snapshots `children_of`
     (pks). (None: no such branch; the (parent pk, sink) pairs the children staged.)"""
-    seed, params = _seed(application, f"heads/{name}")
+    try:
+        seed, params = _seed(application, f"heads/{name}")
+    except UnknownRevisionError:  # a branch name no revision can spell: judged by none
+        raise _Unjudged from None
     edges = _edges_of("p", "e.first_parent")
     kids = ""
     if children_of:
@@ -203,9 +211,14 @@ def _judge(application: Application, rows: Sequence[_Row], branch: str | None) -
     judged = [branch] if branch else list(dict.fromkeys(r.branch for r in rows))[:MAX_BRANCHES]
     views: dict[str, _Branch] = {}
     staged: set[tuple[int, str]] = set()
-    for index, name in enumerate(judged):
-        view, kids = _read(application, name, [r.pk for r in rows] if index == 0 else ())
+    children: Sequence[int] = [r.pk for r in rows]  # read with the first branch's statement
+    for name in judged:
+        try:
+            view, kids = _read(application, name, children)
+        except _Unjudged:
+            continue
         staged |= kids
+        children = ()
         if view is not None:
             views[name] = view
     by_snapshot: dict[str, dict[str, str]] = {}
