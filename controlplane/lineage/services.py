@@ -164,6 +164,26 @@ def reindex_application(
     )
 
 
+def refresh_sink_facts(
+    *, application: Application, repo: Repository, limit: int | None = None
+) -> int:
+    """Fill `Snapshot.sinks` of epochs indexed without it (before the field existed) from
+    their manifests, newest first (`limit`: at most that many read); the count filled. A
+    snapshot whose manifest names no sink keeps its empty facts and is read again by the
+    next call; one the store no longer has is passed over."""
+    rows = Snapshot.objects.filter(application=application, sinks={}, epoch__gte=1)
+    ids = rows.order_by("-id").values_list("pk", "snapshot_id")
+    filled = 0
+    for pk, snapshot_id in ids if limit is None else ids[:limit]:
+        try:
+            facts = sink_facts(repo.read_manifest(snapshot_id))
+        except ObjectNotFoundError:
+            continue
+        if facts:
+            filled += Snapshot.objects.filter(pk=pk).update(sinks=facts)
+    return filled
+
+
 # -- indexing manifests ---------------------------------------------------------------------
 
 

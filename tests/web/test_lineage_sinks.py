@@ -213,3 +213,28 @@ def test_the_page_reads_the_sinks_in_a_fixed_number_of_statements(
         "lake": "pending",
         "stream": "pending",
     }
+
+
+def test_reindex_fills_the_sink_facts_of_snapshots_indexed_before_them(
+    job: Job, store_url: str
+) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    for epoch in (1, 2):
+        job.commit(f"e{epoch}", epoch, lag=0)
+    before = job.statuses()
+    Snapshot.objects.filter(application=job.application).update(sinks={})  # an older index
+    assert job.statuses() == {}
+    out = StringIO()
+    call_command("reindex", application="totals", store=store_url, sink_facts=True, stdout=out)
+    assert "totals: sink facts of 2 snapshots filled" in out.getvalue()
+    assert (
+        job.statuses()
+        == before
+        == {
+            "e1": {"lake": "written", "stream": "written"},
+            "e2": {"lake": "pending", "stream": "pending"},
+        }
+    )
