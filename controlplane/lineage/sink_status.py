@@ -8,15 +8,17 @@ judged against branch `b` (its own branch, or the branch whose history is shown)
 * off the first-parent chain of `b`'s head, committed on `b` (a rollback left it behind):
   ``abandoned`` — a chain sink drops it when the job next writes, Iceberg at its next epoch —
   or, for a log sink that had published it, ``abandoned_published``: its records stay;
-* a chain sink (Delta Lake, PostgreSQL): ``written`` once a later commit of the chain shows
-  the destination past `x`'s epoch (`held` >= epoch), else ``pending``;
+* a chain sink (Delta Lake, PostgreSQL): ``written`` when the newest commit of the chain that
+  records the sink's lag shows the destination at or past `x`'s epoch (`held` >= epoch), else
+  ``pending``;
 * a log or two-phase sink (Kafka, Redis/RabbitMQ Streams, Iceberg), only on snapshots that
   staged an epoch for it: ``written`` once a child of `x` was committed by a run with the sink
   (a run commits the next epoch only after the previous one's second phase finished, in the
   same process or when it restarts), else ``pending``.
 
-Reads: one statement for the snapshots, two per branch judged (its first-parent path and
-the newest `WITNESSES` commits of it), one for the snapshots' children; never one per row.
+Reads: one statement for the snapshots, and one per branch judged (its first-parent path, the
+sink facts of its newest `WITNESSES` generations and, in the first, the facts of the
+snapshots' children); never one per row.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ def _read(
         )
         SELECT 0, depth, chain_id, top, CAST(root AS TEXT) FROM segment
         UNION ALL
-        SELECT 1, 0, 0, 0, {_FACTS} FROM {_SNAPSHOT} w JOIN segment s
+        SELECT 1, s.depth, w.generation, 0, {_FACTS} FROM {_SNAPSHOT} w JOIN segment s
             ON w.chain_id = s.chain_id AND w.generation <= s.top AND w.generation >= s.root
             AND w.generation > (SELECT top FROM segment WHERE depth = 0) - %s{kids}
     """
@@ -137,14 +139,15 @@ def _read(
         return None, staged
     held: dict[str, int] = {}
     roles: dict[str, str] = {}
-    for r in rows:
-        if r[0] != 1:
-            continue
+    # newest first: the newest commit that says what a chain sink's destination held decides
+    # (an older one may name epochs the destination lost since: a restart that could not
+    # reach it, a table replaced); a later commit's record is never overruled by an older one
+    for r in sorted((r for r in rows if r[0] == 1), key=lambda r: (r[1], -r[2])):
         for sink, fact in _facts(r[4]).items():
             roles.setdefault(sink, str(fact.get("role", "two_phase")))
             h = fact.get("held")
             if fact.get("role") == "chain" and isinstance(h, int):
-                held[sink] = max(held.get(sink, 0), h)
+                held.setdefault(sink, h)
     return _Branch([(c, top, root) for _, c, top, root in segments], held, roles), staged
 
 
@@ -170,6 +173,8 @@ def _status(
         published = role == "log" and (row.pk, sink) in staged
         return ABANDONED_PUBLISHED if published else ABANDONED
     if role == "chain":
+        if sink not in view.roles:
+            return None  # no newest commit names it (the version dropped it): unknown
         return WRITTEN if row.epoch <= view.held.get(sink, -1) else PENDING
     return WRITTEN if (row.pk, sink) in staged else PENDING
 

@@ -145,6 +145,12 @@ def test_a_lagging_sink_is_pending_until_a_later_commit_shows_it_caught_up(job: 
         "e4": "pending",
     }
     assert "e0" not in statuses  # epoch 0 holds no output: no sink has a part in it
+    # a restart that never reached the lake records it lacking the whole chain: the newest
+    # record decides, and says nothing is known to be there (the table may be a new one)
+    job.commit("e5", 5, lag=4)
+    assert {s["lake"] for s in job.statuses().values()} == {"pending"}
+    job.commit("e6", 6, lag=0)  # reached again: it holds the chain up to epoch 5
+    assert [label for label, s in job.statuses().items() if s["lake"] == "pending"] == ["e6"]
 
 
 def test_after_a_rollback_the_left_line_is_abandoned_and_the_new_line_follows(
