@@ -208,6 +208,7 @@ def build_index(
                     pks[c.parents[0]] if c.parents else None,
                     p.generation,
                     real(p.chain),
+                    "{}",
                 )
                 if i and i % 200_000 == 0:
                     log(f"  {i:,} snapshot rows written")

@@ -410,12 +410,42 @@ def _ago(moment: datetime, now: datetime) -> str:
     return "just now" if words == "now" else f"{words} ago"
 
 
+#: how a sink's status reads beside a snapshot (a sign and words, never colour alone)
+SINK_LABELS = {
+    "written": ("✓", "written", "the destination holds this epoch"),
+    "pending": ("…", "pending", "not known to be in the destination yet (it may lag)"),
+    "abandoned": ("✗", "abandoned", "off the branch's line after a rollback: the destination "
+                  "drops it, or never had it"),
+    "abandoned_published": ("!", "abandoned, published", "off the branch's line after a "
+                            "rollback; the log had published its records, which stay"),
+}  # fmt: skip
+
+
+def sinks_html(statuses: Mapping[str, str]) -> str:
+    """A snapshot's sinks as badges: the sink's name, a sign and the status in words."""
+    out = []
+    for name, status in statuses.items():
+        sign, words, meaning = SINK_LABELS.get(status, ("?", status, status))
+        out.append(
+            f'<span class="sink sink-{escape(status)}" data-sink="{escape(name)}" '
+            f'data-status="{escape(status)}" title="sink {escape(name)}: {escape(meaning)}">'
+            f'<span aria-hidden="true">{sign}</span> {escape(name)}: {escape(words)}</span>'
+        )
+    return f'<span class="sinks">{"".join(out)}</span>' if out else ""
+
+
 def rows_html(
-    drawing: GraphLayout, *, snapshot_url: str, query: str, unfold: str, selected: str = ""
+    drawing: GraphLayout,
+    *,
+    snapshot_url: str,
+    query: str,
+    unfold: str,
+    selected: str = "",
+    sinks: Mapping[str, Mapping[str, str]] | None = None,
 ) -> SafeString:
     """The list beside the drawing: one row per snapshot (a link that opens it in the side
-    panel, its provenance as a tooltip) or per fold. `query` is kept by the rows' plain links;
-    `unfold` is the query string of this window without folding."""
+    panel, its provenance as a tooltip, its sinks' statuses) or per fold. `query` is kept by
+    the rows' plain links; `unfold` is the query string of this window without folding."""
     now = timezone.now()
     keep = f"&amp;{escape(query)}" if query else ""
     out = ['<ol class="graph-rows">']
@@ -458,7 +488,8 @@ def rows_html(
             )
             + f'<span class="mono muted">{sid[:10]}</span>{refs}'
             f'<span class="muted small">p={s.parallelism}</span>{why}'
-            f'<span class="muted small when">{_ago(s.created_at, now)}</span></a></li>'
+            + sinks_html((sinks or {}).get(sid, {}))
+            + f'<span class="muted small when">{_ago(s.created_at, now)}</span></a></li>'
         )
     out.append("</ol>")
     return mark_safe("".join(out))  # every value above is escaped, an id or a number

@@ -24,6 +24,7 @@ from controlplane.jobs.models import DesiredState, JobState, RunPhase
 from controlplane.jobs.selectors import ShownState, job_shown_state
 from controlplane.jobs.spark_conf import spark_conf_schema
 from controlplane.lineage.models import COMMIT_KINDS
+from controlplane.lineage.sink_status import STATUSES as SINK_STATUSES
 from controlplane.operations.models import OperationKind, OperationState
 from controlplane.operations.registry import SPECS
 from controlplane.patterns import WholeRegexField
@@ -264,6 +265,24 @@ class SnapshotDetailSerializer(SnapshotSummarySerializer):
     )
     def get_manifest(self, obj: Any) -> dict[str, Any] | None:
         return self.context.get("manifest")
+
+    sinks = serializers.SerializerMethodField(
+        help_text="Per sink of the job on the snapshot's branch: whether its destination holds "
+        "the snapshot's epoch, from what the commits recorded (no destination is asked; "
+        "docs/sinks.md). `written`: a later commit shows it there; `pending`: not shown yet; "
+        "`abandoned`: off the branch's first-parent chain (a rollback left it); "
+        "`abandoned_published`: off the chain, and a log sink had published its records, "
+        "which stay. A sink with no part in the snapshot is left out."
+    )
+
+    @extend_schema_field(
+        {
+            "type": "object",
+            "additionalProperties": {"type": "string", "enum": list(SINK_STATUSES)},
+        }
+    )
+    def get_sinks(self, obj: Any) -> dict[str, str]:
+        return dict(self.context.get("sinks") or {})
 
 
 class KeyGroupChangeSerializer(serializers.Serializer):

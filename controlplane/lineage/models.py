@@ -68,6 +68,9 @@ class Snapshot(models.Model):
     # The manifest's parent ids in order (also in SnapshotParent); read with every log row.
     parent_ids = models.JSONField(default=list)
     parent_count = models.PositiveSmallIntegerField(default=0)
+    # What the manifest says of each sink of the run that committed it (`sink_facts`, from
+    # `extra.sinks` and the lag in `stats`): {name: {"role": chain|log|two_phase, "held": e}}.
+    sinks = models.JSONField(default=dict, blank=True)
     # Inside an application the index is derived data: removing a row removes what was
     # derived from it (its descendants), so every link within the graph cascades.
     first_parent = models.ForeignKey(

@@ -174,11 +174,15 @@ class _Point:
 # -- single snapshots -----------------------------------------------------------------------
 
 
-def snapshot_get(*, application: Application, rev: str) -> Snapshot:
+def snapshot_get(*, application: Application, rev: str, with_application: bool = False) -> Snapshot:
     """The snapshot `rev` names (a revision: `snapshots_store.revisions`).
-    UnknownRevisionError otherwise. One statement."""
+    UnknownRevisionError otherwise. One statement (`with_application`: the application's
+    full row joined, for a caller that holds only its id)."""
     sql, params = _point_sql(application, rev)
-    found = Snapshot.objects.filter(pk=RawSQL(f"SELECT id FROM ({sql}) AS point", params)).first()
+    query = Snapshot.objects.filter(pk=RawSQL(f"SELECT id FROM ({sql}) AS point", params))
+    if with_application:
+        query = query.select_related("application")
+    found = query.first()
     if found is None:
         raise UnknownRevisionError(application.name, rev)
     return found

@@ -37,6 +37,7 @@ from controlplane.lineage.models import (
     SnapshotParent,
     Tag,
 )
+from controlplane.lineage.sink_facts import sink_facts
 from snapshots_store import Manifest, ObjectNotFoundError, Repository
 from snapshots_store import ReflogEntry as StoreReflogEntry
 from snapshots_store.codec import parse_timestamp
@@ -163,6 +164,26 @@ def reindex_application(
     )
 
 
+def refresh_sink_facts(
+    *, application: Application, repo: Repository, limit: int | None = None
+) -> int:
+    """Fill `Snapshot.sinks` of epochs indexed without it (before the field existed) from
+    their manifests, newest first (`limit`: at most that many read); the count filled. A
+    snapshot whose manifest names no sink keeps its empty facts and is read again by the
+    next call; one the store no longer has is passed over."""
+    rows = Snapshot.objects.filter(application=application, sinks={}, epoch__gte=1)
+    ids = rows.order_by("-id").values_list("pk", "snapshot_id")
+    filled = 0
+    for pk, snapshot_id in ids if limit is None else ids[:limit]:
+        try:
+            facts = sink_facts(repo.read_manifest(snapshot_id))
+        except ObjectNotFoundError:
+            continue
+        if facts:
+            filled += Snapshot.objects.filter(pk=pk).update(sinks=facts)
+    return filled
+
+
 # -- indexing manifests ---------------------------------------------------------------------
 
 
@@ -273,6 +294,7 @@ SNAPSHOT_COLUMNS = (
     "first_parent_id",
     "generation",
     "chain_id",
+    "sinks",
 )
 PARENT_COLUMNS = ("child_id", "parent_id", "position")
 EDGE_COLUMNS = ("from_chain_id", "from_generation", "to_chain_id", "to_generation", "first_parent")
@@ -310,6 +332,7 @@ def snapshot_row(
         first_parent_pk,
         generation,
         chain,
+        json.dumps(sink_facts(manifest)),
     )
 
 

@@ -38,6 +38,8 @@ from snapshots_store import Manifest, Repository
 
 log = logging.getLogger(__name__)
 
+#: the stats key of the sinks' lag in epochs (the largest; ``<key>.<sink name>``: each one's)
+LAG_KEY = "sink_lag_epochs"
 #: seconds between attempts to reach a destination that failed (the job goes on meanwhile)
 RETRY_S = 2.0
 
@@ -160,7 +162,9 @@ class SinkFollower:
 
     def lag_stats(self, now: datetime | None = None) -> dict[str, float]:
         """The largest lag over the sinks, as the next epoch's stats record it: epochs of the
-        branch the destination lacks, and seconds since the oldest of them was committed."""
+        branch the destination lacks, and seconds since the oldest of them was committed;
+        and each sink's epochs (``sink_lag_epochs.<name>``: the lineage view tells from them
+        which sink holds which epoch, docs/sinks.md)."""
         if not self.sinks:
             return {}
         now = now or datetime.now(UTC)
@@ -170,7 +174,8 @@ class SinkFollower:
             if state.lag_epochs and state.behind_since:
                 since = datetime.fromisoformat(state.behind_since.replace("Z", "+00:00"))
                 seconds = max(seconds, (now - since).total_seconds())
-        return {"sink_lag_epochs": epochs, "sink_lag_s": round(seconds, 3)}
+        each = {f"{LAG_KEY}.{name}": state.lag_epochs for name, state in self.states.items()}
+        return {LAG_KEY: epochs, "sink_lag_s": round(seconds, 3), **each}
 
     # -- following -------------------------------------------------------------------------
 

@@ -57,7 +57,14 @@ def test_delta_and_postgres_hold_the_branch_output_once(
     assert postgres_rows(latest.table).equals(latest_per_key(expected))
     head = repo.read_manifest(repo.resolve("main"))
     assert head.stats["sink_lag_epochs"] == 0
+    assert all(head.stats[f"sink_lag_epochs.{s.name}"] == 0 for s in (lake, rows, latest))
     assert head.extra["sinks"]["lake"]["staged"]["destination"] == lake.path
+    # what the lineage index keeps of it: each chain sink held the chain up to the parent
+    from controlplane.lineage.sink_facts import sink_facts
+
+    facts = sink_facts(head)
+    assert {f["role"] for f in facts.values()} == {"chain"}
+    assert {f["held"] for f in facts.values()} == {head.epoch - 1}
     # a second commit of a held epoch changes nothing (the destination's own marks)
     chain = list(repo.log("heads/main", first_parent=True))
     from runners.engine.sink_catchup import ChainEpoch, epoch_output

@@ -31,6 +31,7 @@ from controlplane.lineage.selectors import (
     snapshots_with_id_prefix,
     tag_count,
 )
+from controlplane.lineage.sink_status import sink_statuses, snapshot_sinks
 from controlplane.lineage.state_reads import key_state_at
 from controlplane.lineage.store_reads import snapshot_diff, snapshot_manifest_extras
 from controlplane.operations.selectors import operation_find
@@ -122,6 +123,12 @@ def lineage(request: HttpRequest, app: str) -> HttpResponse:
         cursor = None
         snapshots, refs, next_cursor = _window(application, branch=branch, cursor=None, limit=limit)
     drawing = graph.layout(snapshots, refs, fold=fold)
+    # each sink's status per row: against the branch shown, else each row's own branch
+    statuses = sink_statuses(
+        application=application,
+        snapshot_ids=[s.snapshot_id for s in snapshots],
+        branch=branch or None,
+    )
     kinds = cache.get_or_set(
         f"web:lineage-kinds:{application.pk}:{application.created_at.timestamp()}",
         lambda: snapshot_kind_counts(application=application),
@@ -140,7 +147,9 @@ def lineage(request: HttpRequest, app: str) -> HttpResponse:
                 {k: v for k, v in (("branch", branch), ("size", limit), ("cursor", cursor)) if v}
             ),
             selected=selected.snapshot_id if selected else "",
+            sinks=statuses.by_snapshot,
         ),
+        "sink_names": statuses.names,
         "marks": graph.MARKS,
         "branch": branch,
         "branches": branches,
@@ -206,6 +215,10 @@ def _snapshot_context(
             snapshot.snapshot_id, []
         ),
         "snapshot_operation": operation,
+        "sink_statuses": [
+            (name, status, *graph.SINK_LABELS.get(status, ("?", status, status)))
+            for name, status in snapshot_sinks(application=application, snapshot=snapshot).items()
+        ],
         "rollback_jobs": rollback_jobs,
         "savepoint_jobs": savepoint_jobs,
         "key_columns": (extras or {}).get("extra", {}).get("key") or [],

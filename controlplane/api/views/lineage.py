@@ -40,6 +40,7 @@ from controlplane.changes.selectors import revision
 from controlplane.errors import InvalidRequest
 from controlplane.lineage import selectors, store_reads
 from controlplane.lineage.errors import UnknownRevisionError
+from controlplane.lineage.sink_status import snapshot_sinks
 from controlplane.refnames import checked_ref, checked_revision
 
 _T = TypeVar("_T")
@@ -161,12 +162,22 @@ def _log_page(
 class SnapshotDetailView(ApiView):
     @extend_schema(tags=TAGS, responses={200: SnapshotDetailSerializer})
     def get(self, request: Request, name: str, snapshot_id: str) -> Response:
-        application = application_get(name=name)
-        snapshot = selectors.snapshot_get(application=application, rev=snapshot_id)
+        snapshot = _indexed(
+            name,
+            lambda application: selectors.snapshot_get(
+                application=application, rev=snapshot_id, with_application=True
+            ),
+        )
+        application = snapshot.application
         extras = store_reads.snapshot_manifest_extras(
             application=application, snapshot_id=snapshot.snapshot_id
         )
-        ctx = {"request": request, "application": application.name, "manifest": extras}
+        ctx = {
+            "request": request,
+            "application": application.name,
+            "manifest": extras,
+            "sinks": snapshot_sinks(application=application, snapshot=snapshot),
+        }
         return Response(SnapshotDetailSerializer(snapshot, context=ctx).data)
 
 

@@ -1,5 +1,6 @@
-"""`manage.py reindex [--application NAME] [--store URL] [--create]`: bring the lineage index
-up to date with the store (idempotent; only new commits and reflog entries are read)."""
+"""`manage.py reindex [--application NAME] [--store URL] [--create] [--sink-facts]`: bring the
+lineage index up to date with the store (idempotent; only new commits and reflog entries are
+read; `--sink-facts` also fills the sink facts of snapshots indexed before they were kept)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,11 @@ from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_get, application_list
 from controlplane.applications.services import application_create
 from controlplane.lineage.errors import LineageError
-from controlplane.lineage.services import ReindexProgress, reindex_application
+from controlplane.lineage.services import (
+    ReindexProgress,
+    refresh_sink_facts,
+    reindex_application,
+)
 from snapshots_store import Repository, StoreError
 
 
@@ -31,6 +36,12 @@ class Command(BaseCommand):
             action="store_true",
             help="create the application (namespace = name) when it does not exist",
         )
+        parser.add_argument(
+            "--sink-facts",
+            action="store_true",
+            help="also read the manifests of snapshots indexed without sink facts (indexed "
+            "before the index kept them) and fill them in",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         url = options["store"] or settings.EPOCHAL_STORE_URL
@@ -39,6 +50,10 @@ class Command(BaseCommand):
             raise CommandError("no applications to reindex; pass --application NAME --create")
         for application in applications:
             self._reindex(application, url)
+            if options["sink_facts"]:
+                repo = Repository.open(url, application.store_namespace)
+                filled = refresh_sink_facts(application=application, repo=repo)
+                self.stdout.write(f"{application.name}: sink facts of {filled} snapshots filled")
 
     def _applications(self, name: str | None, *, create: bool) -> list[Application]:
         if name is None:
