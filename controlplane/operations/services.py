@@ -284,7 +284,7 @@ def broker_unavailable(exc: BaseException) -> str:
     from celery import current_app
     from kombu.utils.url import maybe_sanitize_url
 
-    url = maybe_sanitize_url(str(current_app.conf.broker_url or ""))
+    url = maybe_sanitize_url(str(current_app.conf.broker_write_url or ""))  # what sends use
     why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return f"the broker ({url}) is unavailable: {why}"
 

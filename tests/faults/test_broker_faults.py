@@ -56,6 +56,10 @@ def _use_broker(url: str, timeout_s: float | None = None) -> None:
     from controlplane.celery import app
 
     app.conf.broker_url = url
+    # Celery prefers $CELERY_BROKER_URL (set in CI) to broker_url; the write and read URLs
+    # come before both
+    app.conf.broker_write_url = url
+    app.conf.broker_read_url = url
     app.conf.broker_transport_options = (
         {} if timeout_s is None else config.redis_broker_options(timeout_s)
     )
