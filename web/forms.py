@@ -124,9 +124,21 @@ class ForkForm(ActionForm):
         required=False, min_value=1, max_value=32768, help_text="empty: the snapshot's"
     )
     start = forms.BooleanField(required=False, label="Start the new job right away")
+    own_sinks = forms.BooleanField(
+        required=False,
+        label="Write to the sinks checked below instead of the version's",
+        help_text="two branches never write one sink: a fork of a job with sinks writes to "
+        "registered sinks nobody writes, or (none checked) to no sink",
+    )
+    sinks = forms.MultipleChoiceField(
+        required=False, widget=forms.CheckboxSelectMultiple, label="Sinks of the fork"
+    )
 
-    def __init__(self, *args: Any, versions: Iterable[Any] = (), **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, versions: Iterable[Any] = (), sinks: Iterable[str] = (), **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
+        self.fields["sinks"].choices = [(name, name) for name in sinks]  # type: ignore[attr-defined]
         # The Spark resource settings an operator may choose (the REST API's spark_conf): the
         # server checks them, as for the API, and a refusal names the key on its field.
         for key, bound in OPERATOR_SPARK_CONF.items():
@@ -165,6 +177,8 @@ class ForkForm(ActionForm):
         }
         if spark_conf:
             params["spark_conf"] = spark_conf
+        if data.get("own_sinks"):
+            params["sinks"] = list(data.get("sinks") or [])
         return params
 
     def field_for(self, name: str) -> str | None:

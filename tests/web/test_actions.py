@@ -310,3 +310,33 @@ def test_fork_form_sets_the_operators_spark_resources_checked_as_over_rest(
         "spark.executor.memory": "4g",
         "spark.sql.shuffle.partitions": "64",
     }
+
+
+def test_a_fork_of_a_job_with_a_sink_writes_to_sinks_of_its_own_or_none(
+    client_for: ClientFor, lineage: Lineage, settings: object, tmp_path: object
+) -> None:
+    from controlplane.applications.models import Sink
+    from controlplane.applications.services import version_create
+
+    settings.EPOCHAL_SINK_ROOTS = (tmp_path,)  # type: ignore[attr-defined]
+    for name in ("lake", "lake2"):
+        Sink.objects.create(name=name, kind="delta", config={"path": f"{tmp_path}/{name}"})
+    job = lineage.job
+    job.version = version_create(
+        application=lineage.application, job=job.version.job, config={"sinks": ["lake"]}
+    )
+    job.save()
+    operator = client_for("operator")
+    form = text(operator.get(f"/applications/clicks/fork/?snapshot={lineage.main[3]}"))
+    assert 'value="lake2"' in form and "instead of the version" in form
+    base = {"snapshot": lineage.main[3], "job": job.name, "reason": "try"}
+    taken = operator.post("/applications/clicks/fork/", {**base, "branch": "a"})
+    assert taken.status_code == 422 and "sink 'lake' is written by job" in text(taken)
+    for branch, sinks in (("b", ["lake2"]), ("c", [])):
+        done = operator.post(
+            "/applications/clicks/fork/",
+            {**base, "branch": branch, "own_sinks": "on", "sinks": sinks},
+        )
+        assert done.status_code == 302, text(done)
+        op = Operation.objects.get(kind="fork", params__branch=branch)
+        assert op.params["new_version"]["config"].get("sinks", []) == sinks

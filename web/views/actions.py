@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from controlplane.applications.models import Application
 from controlplane.applications.selectors import application_get, version_list
+from controlplane.applications.sinks import sink_list
 from controlplane.audit.services import audit_request
 from controlplane.errors import EpochalError, NotFound
 from controlplane.jobs.health import job_health
@@ -236,7 +237,9 @@ def fork(request: HttpRequest, app: str) -> HttpResponse:
     source = job_get(name=source_name) if source_name else None
     status = 200
     if request.method == "POST":
-        form = forms.ForkForm(request.POST, versions=version_list(application=application))
+        form = forms.ForkForm(
+            request.POST, versions=version_list(application=application), sinks=_sink_names()
+        )
         if form.is_valid():
             operation, status = _request_operation(
                 request,
@@ -255,7 +258,9 @@ def fork(request: HttpRequest, app: str) -> HttpResponse:
         initial = _initial(forms.ForkForm, request)
         if "snapshot" in initial and "branch" not in initial:
             initial["branch"] = f"fork-{initial['snapshot'][:8]}"
-        form = forms.ForkForm(initial=initial, versions=version_list(application=application))
+        form = forms.ForkForm(
+            initial=initial, versions=version_list(application=application), sinks=_sink_names()
+        )
     context = {
         "application": application,
         "source_job": source,
@@ -293,3 +298,8 @@ def operation_cancel_view(request: HttpRequest, operation_id: str) -> HttpRespon
         operation=operation,
     )
     return redirect("web:operation", operation_id=operation.pk)
+
+
+def _sink_names() -> list[str]:
+    """The registered sinks an operator may give a fork."""
+    return [sink.name for sink in sink_list()]
