@@ -44,6 +44,7 @@ EXPECTED_CLASSES = frozenset(
         "database",
         "database_operation",
         "broker",
+        "broker_rabbitmq",
         "disk_full_store",
         "disk_full_cache",
         "damaged_object",

@@ -1,5 +1,7 @@
 """Private PostgreSQL and Redis servers a test may stop, restart and cut: each on a free port,
-its files in a temporary directory, never the machine's shared services.
+its files in a temporary directory, never the machine's shared services. RabbitMQ is not
+started privately (a node takes seconds to boot): a test gets a vhost of its own on the shared
+node, behind a proxy it cuts instead.
 
 As root, PostgreSQL runs as the `postgres` user (it refuses to run as root), the way
 `bin/services` runs the shared one.
@@ -14,10 +16,13 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
 
 from tests.conftest import require_service
+from tests.faults.tcp_proxy import TcpProxy
 
 
 def free_port() -> int:
@@ -167,3 +172,60 @@ def private_redis(*, appendonly: bool = True) -> Iterator[PrivateRedis]:
             yield server
         finally:
             server.stop()
+
+
+#: the shared RabbitMQ as `bin/services` runs it: its node and the CLI that reaches it (Debian's
+#: /usr/sbin/rabbitmqctl runs as the rabbitmq user, whose Erlang cookie is not the node's)
+RABBITMQ_NODE = "epochal@localhost"
+RABBITMQCTL = Path("/usr/lib/rabbitmq/bin/rabbitmqctl")
+
+
+class RabbitMQVhost:
+    """A vhost of its own on the shared RabbitMQ (`amqp_url` names the node and the user),
+    reached through a `TcpProxy`: its queues collide with no one else's, and the broker's
+    outage is the proxy's. `stop` aborts every connection and each new one with an RST (the
+    broker crashed or restarts); `start` lets them through again. What the broker holds
+    survives, as it survives a RabbitMQ restart (Celery's queues are durable, its messages
+    persistent). The shared node itself is never stopped."""
+
+    def __init__(self, amqp_url: str) -> None:
+        require_service("rabbitmqctl", RABBITMQCTL.exists(), "install rabbitmq-server")
+        parts = urlsplit(amqp_url)
+        self.user = unquote(parts.username or "guest")
+        self.password = unquote(parts.password or "guest")
+        self.vhost = f"epochal-faults-{uuid.uuid4().hex[:12]}"
+        self.proxy = TcpProxy((parts.hostname or "127.0.0.1", parts.port or 5672))
+        self.port = 0
+
+    def _ctl(self, *args: str) -> None:
+        subprocess.run([str(RABBITMQCTL), "-n", RABBITMQ_NODE, *args],
+                       check=True, capture_output=True, timeout=60)  # fmt: skip
+
+    def url(self) -> str:
+        return (f"amqp://{quote(self.user, safe='')}:{quote(self.password, safe='')}"
+                f"@127.0.0.1:{self.port}/{quote(self.vhost, safe='')}")  # fmt: skip
+
+    def create(self) -> None:
+        self._ctl("add_vhost", self.vhost)
+        self._ctl("set_permissions", "-p", self.vhost, self.user, ".*", ".*", ".*")
+        self.port = self.proxy.start().port
+
+    def delete(self) -> None:
+        self.proxy.stop()
+        self._ctl("delete_vhost", self.vhost)
+
+    def stop(self) -> None:
+        self.proxy.reset()
+
+    def start(self) -> None:
+        self.proxy.passthrough()
+
+
+@contextlib.contextmanager
+def rabbitmq_vhost(amqp_url: str) -> Iterator[RabbitMQVhost]:
+    broker = RabbitMQVhost(amqp_url)
+    try:
+        broker.create()
+        yield broker
+    finally:
+        broker.delete()

@@ -1,12 +1,15 @@
 """The Celery broker goes away and comes back while operations are requested through the REST
-API: a private ``redis-server`` (no persistence: a crash loses every queued message) is the
-broker of this process and of a real Celery worker with its embedded beat (the reconciler), and
-the test kills it (SIGKILL) and starts it again on the same port, `EPOCHAL_FAULT_INJECTIONS`
-times, in turn:
+API. The broker of this process and of a real Celery worker with its embedded beat (the
+reconciler) is either a private ``redis-server`` (no persistence: a crash loses every queued
+message), which the test kills (SIGKILL) and starts again on the same port, or a vhost of its
+own on the shared RabbitMQ behind a proxy, which the test makes reset every connection and
+each new one, then pass again (what the broker holds survives, as a RabbitMQ restart keeps
+durable queues). `EPOCHAL_FAULT_INJECTIONS` times, in turn:
 
 * operations are requested while the broker is down;
 * operations are requested and sent while no worker consumes (stopped, as in a deploy), then
-  the broker crashes with their messages still queued, and a worker starts again.
+  the broker goes away with their messages still queued (Redis loses them, RabbitMQ keeps
+  them), and a worker starts again.
 
 An operation requested while the broker is down is either accepted — recorded, and run exactly
 once after the broker is back: the reconciler dispatches operations that were recorded but
@@ -23,7 +26,7 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from django.db.models import F
@@ -36,7 +39,7 @@ from controlplane.operations.models import Operation, OperationState
 from tests.api.conftest import build_lineage
 from tests.conftest import require_service
 from tests.e2e.harness import ControlPlane
-from tests.faults.private_services import PrivateRedis, private_redis
+from tests.faults.private_services import PrivateRedis, private_redis, rabbitmq_vhost
 from tests.faults.report import injections, record
 
 pytestmark = [pytest.mark.faults, pytest.mark.django_db(transaction=True)]
@@ -75,8 +78,27 @@ def broker() -> Iterator[PrivateRedis]:
         yield server
 
 
+class Broker(Protocol):
+    """What the outages need of a broker: where it is, and a way to take it away and back."""
+
+    def url(self) -> str: ...
+    def stop(self) -> None: ...
+    def start(self) -> None: ...
+
+
+@pytest.fixture(params=["redis", "rabbitmq"])
+def outage_broker(request: pytest.FixtureRequest) -> Iterator[Broker]:
+    """The broker the outages take away: the private Redis, or a private vhost on the shared
+    RabbitMQ behind a proxy (never the shared broker itself, which others use)."""
+    if request.param == "redis":
+        yield request.getfixturevalue("broker")
+        return
+    with rabbitmq_vhost(request.getfixturevalue("rabbitmq_url")) as server:
+        yield server
+
+
 @pytest.fixture
-def plane(tmp_path: Path, broker: PrivateRedis, settings: Any) -> Iterator[ControlPlane]:
+def plane(tmp_path: Path, outage_broker: Broker, settings: Any) -> Iterator[ControlPlane]:
     """A Celery worker with its beat on the private broker and the test database; this process
     sends to the same broker and uses the same store root."""
     from django.conf import settings as django_settings
@@ -87,11 +109,11 @@ def plane(tmp_path: Path, broker: PrivateRedis, settings: Any) -> Iterator[Contr
         connection.vendor == "postgresql",
         "the broker fault test shares its database with a worker: DATABASE_URL=postgres://…",
     )
-    plane = ControlPlane(tmp_path, broker.url(), lease_s=LEASE_S)
+    plane = ControlPlane(tmp_path, outage_broker.url(), lease_s=LEASE_S)
     settings.EPOCHAL_STORE_URL = plane.store_url
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     before = django_settings.CELERY_BROKER_URL
-    _use_broker(broker.url())
+    _use_broker(outage_broker.url())
     try:
         yield plane
     finally:
@@ -162,10 +184,10 @@ Requested = list[tuple[str, str | None]]
 
 
 def _requested_while_down(
-    operator: APIClient, broker: PrivateRedis, plane: ControlPlane, tag: str
+    operator: APIClient, broker: Broker, plane: ControlPlane, tag: str
 ) -> Requested:
     """The broker crashes; operations are requested while it is away; it comes back."""
-    broker.stop()  # SIGKILL
+    broker.stop()  # SIGKILL, or every connection reset
     requested = [_request(operator, job, tag) for job in JOBS]
     accepted = sum(i is not None for _, i in requested)
     # recorded, held by no worker, and counted where an operator looks
@@ -175,18 +197,16 @@ def _requested_while_down(
     return requested
 
 
-def _queue_lost(
-    operator: APIClient, broker: PrivateRedis, plane: ControlPlane, tag: str
-) -> Requested:
+def _queue_lost(operator: APIClient, broker: Broker, plane: ControlPlane, tag: str) -> Requested:
     """Operations are requested and sent while no worker consumes (the worker stopped, as in a
-    deploy), then the broker crashes without persistence: the messages it queued are gone when
-    it comes back, and so is the worker's beat until a new worker starts.
+    deploy), then the broker goes away: a Redis without persistence comes back without the
+    messages it queued, RabbitMQ with them; the worker's beat is gone until a new worker starts.
 
     (Not a frozen worker: SIGSTOP may catch it inside a transaction — the reconciler's lineage
     pass locks the application row — and the request's insert would wait on that lock.)"""
     plane.stop_workers()
     requested = [_request(operator, job, tag) for job in JOBS]
-    broker.stop()  # SIGKILL: its queues were in memory only
+    broker.stop()  # Redis: SIGKILL, its queues were in memory only
     time.sleep(OUTAGE_S)
     broker.start()
     plane.start_worker()
@@ -198,7 +218,7 @@ INJECTIONS = (_requested_while_down, _queue_lost)
 
 
 def test_operations_requested_around_broker_crashes_run_exactly_once(
-    plane: ControlPlane, broker: PrivateRedis, operator: APIClient
+    plane: ControlPlane, outage_broker: Broker, operator: APIClient
 ) -> None:
     for name in JOBS:
         build_lineage(name)
@@ -213,7 +233,8 @@ def test_operations_requested_around_broker_crashes_run_exactly_once(
     recover_s: list[float] = []
     wanted = injections()
     for n in range(wanted):
-        requested = INJECTIONS[n % len(INJECTIONS)](operator, broker, plane, f"outage-{n}")
+        inject = INJECTIONS[n % len(INJECTIONS)]
+        requested = inject(operator, outage_broker, plane, f"outage-{n}")
         back = time.monotonic()
         ids = {i for _, i in requested if i is not None}
         refused += sum(state == "refused" for state, _ in requested)
@@ -240,17 +261,20 @@ def test_operations_requested_around_broker_crashes_run_exactly_once(
         if all(op.state == OperationState.SUCCEEDED for op in operations
                if op.params.get("name") == f"outage-{n}")
     )  # fmt: skip
-    record("broker", injected=wanted, survived=survived, lost=len(lost), duplicated=duplicated,
+    fault_class = "broker" if isinstance(outage_broker, PrivateRedis) else "broker_rabbitmq"
+    record(fault_class, injected=wanted, survived=survived, lost=len(lost), duplicated=duplicated,
            recover_s=recover_s)  # fmt: skip
     assert len(accepted) + refused == 1 + wanted * len(JOBS)
 
 
 def test_a_reconciler_pass_that_meets_no_broker_gives_its_claims_back(
-    broker: PrivateRedis, caplog: pytest.LogCaptureFixture, settings: Any, tmp_path: Path
+    outage_broker: Broker, caplog: pytest.LogCaptureFixture, settings: Any, tmp_path: Path
 ) -> None:
     """The beat delivered the tick, then the broker went: the pass dispatches nothing, leaves
     every operation as it found it (the next pass dispatches them, not one a lease later) and
     says which broker it could not reach."""
+    from kombu.utils.url import maybe_sanitize_url
+
     from controlplane.operations.reconciler import reconcile_operations
     from controlplane.operations.services import operation_request
 
@@ -265,14 +289,15 @@ def test_a_reconciler_pass_that_meets_no_broker_gives_its_claims_back(
         created_at=F("created_at") - dt.timedelta(seconds=10)  # older than a dispatch takes
     )
     before = settings.CELERY_BROKER_URL
-    _use_broker(broker.url())
+    _use_broker(outage_broker.url())
     try:
-        broker.stop()
+        outage_broker.stop()
         assert reconcile_operations() == 0
         rows = Operation.objects.filter(pk__in=[op.pk for op in ops])
         assert {(r.lease_owner, r.lease_expires_at) for r in rows} == {("", None)}
-        assert f"the broker (redis://127.0.0.1:{broker.port}/0) is unavailable" in caplog.text
-        broker.start()
+        named = maybe_sanitize_url(outage_broker.url())  # redis://…, amqp://guest:**@…
+        assert f"the broker ({named}) is unavailable" in caplog.text
+        outage_broker.start()
         assert reconcile_operations() == len(ops)  # the next pass dispatches them all
     finally:
         _use_broker(before)
