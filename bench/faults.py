@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 #: Classes whose scenario injects one outage per run (plus random faults around it).
 PER_RUN_CLASSES = {"object_store_job"}
-#: Every class the fault suite reports (issue 29); a full run (no pytest filter) must report
+#: Every class the fault suite reports; a full run (no pytest filter) must report
 #: each of them.
 EXPECTED_CLASSES = frozenset(
     {
