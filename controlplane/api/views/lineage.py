@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -40,7 +41,8 @@ from controlplane.changes.selectors import revision
 from controlplane.errors import InvalidRequest
 from controlplane.lineage import selectors, store_reads
 from controlplane.lineage.errors import UnknownRevisionError
-from controlplane.lineage.sink_status import snapshot_sinks
+from controlplane.lineage.sink_status import STATUSES as SINK_STATUSES
+from controlplane.lineage.sink_status import sink_statuses, snapshot_sinks
 from controlplane.refnames import checked_ref, checked_revision
 
 _T = TypeVar("_T")
@@ -57,6 +59,15 @@ def _indexed(name: str, read: Callable[[Application], _T]) -> _T:
 
 
 TAGS = ["lineage"]
+
+
+def _sinks_field() -> serializers.DictField:
+    return serializers.DictField(
+        child=serializers.DictField(child=serializers.ChoiceField(choices=SINK_STATUSES)),
+        help_text="snapshot id -> each sink's status for the page's snapshots, as `sinks` of "
+        "GET …/snapshots/{id}/ (judged against the snapshot's own branch; snapshots without "
+        "a sink are left out)",
+    )
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -109,7 +120,15 @@ class SnapshotLogView(ApiView):
             *PAGE_PARAMETERS,
         ],
         responses={
-            200: page_of(SnapshotSummarySerializer, "SnapshotPage"),
+            200: inline_serializer(
+                "SnapshotPage",
+                {
+                    "next": serializers.URLField(allow_null=True),
+                    "previous": serializers.URLField(allow_null=True),
+                    "results": SnapshotSummarySerializer(many=True),
+                    "sinks": _sinks_field(),
+                },
+            ),
             404: error("Unknown application or revision."),
         },
     )
@@ -142,21 +161,39 @@ class SnapshotLogView(ApiView):
         )
 
 
+def _page_sinks(application: Application, ids: list[str]) -> dict[str, dict[str, str]]:
+    """Snapshot id -> its sinks' statuses (`sink_statuses`, each judged against its own
+    branch, as `GET …/snapshots/{id}/` does), in the page's order; snapshots without any are
+    left out. A fixed number of statements for the page, never one per row."""
+    statuses = sink_statuses(application=application, snapshot_ids=ids)
+    return {sid: statuses.of(sid) for sid in ids if statuses.of(sid)}
+
+
+def _sinks_json(sinks: dict[str, dict[str, str]]) -> str:
+    return json.dumps(sinks, ensure_ascii=False, separators=(",", ":"))
+
+
 def _log_page(
     request: Request, name: str, start: selectors.LogStart, limit: int, cursor: str | None
 ) -> Response:
     prefix = snapshot_url_prefix(request, name)
+    application = application_ref(name=name)
     if accepts_prerendered(request):
         text = selectors.snapshot_log_page_json(start, limit=limit, cursor=cursor)
         if text is not None:  # PostgreSQL built the summaries' JSON
             links = page_response_data(request, [], text.next_cursor)
+            sinks = _page_sinks(application, [sid for sid, _ in text.rows])
             return prerendered_json(
                 {"next": links["next"], "previous": links["previous"]},
-                {"results": snapshot_summaries_json(text.rows, prefix)},
+                {
+                    "results": snapshot_summaries_json(text.rows, prefix),
+                    "sinks": _sinks_json(sinks),
+                },
             )
     page = selectors.snapshot_log_page(start, limit=limit, cursor=cursor)
-    data = snapshot_summaries(page.snapshots, prefix)
-    return Response(page_response_data(request, data, page.next_cursor))
+    data = page_response_data(request, snapshot_summaries(page.snapshots, prefix), page.next_cursor)
+    data["sinks"] = _page_sinks(application, [s.snapshot_id for s in page.snapshots])
+    return Response(data)
 
 
 class SnapshotDetailView(ApiView):
@@ -223,6 +260,7 @@ class LineageGraphView(ApiView):
                         child=serializers.ListField(child=serializers.CharField()),
                         help_text="snapshot id -> heads/… and tags/… pointing at it",
                     ),
+                    "sinks": _sinks_field(),
                 },
             )
         },
@@ -263,6 +301,7 @@ def _graph_page(
                     "results": f"[{text.results}]",
                     "edges": f"[{text.edges}]",
                     "refs": f"{{{text.refs}}}",
+                    "sinks": _sinks_json(_page_sinks(application, list(text.ids))),
                 },
             )
     page = selectors.lineage_graph_page(application=application, limit=limit, cursor=cursor)
@@ -271,4 +310,5 @@ def _graph_page(
         {"child": e.child, "parent": e.parent, "position": e.position} for e in page.edges
     ]
     data["refs"] = page.refs
+    data["sinks"] = _page_sinks(application, [s.snapshot_id for s in page.snapshots])
     return Response(data)
