@@ -64,10 +64,19 @@ TAGS = ["lineage"]
 def _sinks_field() -> serializers.DictField:
     return serializers.DictField(
         child=serializers.DictField(child=serializers.ChoiceField(choices=SINK_STATUSES)),
-        help_text="snapshot id -> each sink's status for the page's snapshots, as `sinks` of "
-        "GET …/snapshots/{id}/ (judged against the snapshot's own branch; snapshots without "
-        "a sink are left out)",
+        required=False,
+        help_text="Only with `sinks=true`: snapshot id -> each sink's status for the page's "
+        "snapshots, as `sinks` of GET …/snapshots/{id}/ (judged against the snapshot's own "
+        "branch; snapshots without a sink are left out)",
     )
+
+
+_SINKS_PARAMETER = OpenApiParameter(
+    "sinks",
+    OpenApiTypes.BOOL,
+    description="Add `sinks`: each snapshot's sinks' statuses (docs/sinks.md), read in a fixed "
+    "number of statements for the page (one, and one per branch judged, at most 12).",
+)
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -117,6 +126,7 @@ class SnapshotLogView(ApiView):
                 OpenApiTypes.BOOL,
                 description="Follow only first parents (the branch's own line).",
             ),
+            _SINKS_PARAMETER,
             *PAGE_PARAMETERS,
         ],
         responses={
@@ -135,8 +145,10 @@ class SnapshotLogView(ApiView):
     def get(self, request: Request, name: str) -> Response:
         rev = checked_ref(request.query_params.get("rev"), field="rev") or "main"
         first_parent = _flag(request, "first_parent")
+        with_sinks = _flag(request, "sinks")
         limit = page_limit(request)
         cursor = request.query_params.get("cursor") or None
+        key = lineage_key(application_ref(name=name).pk)
 
         def begin() -> tuple[selectors.LogStart, str]:
             start = _indexed(
@@ -145,11 +157,13 @@ class SnapshotLogView(ApiView):
                     application=application, rev=rev, first_parent=first_parent
                 ),
             )
-            # The page is fixed by where the log starts (histories never change) and the query.
-            return start, etag_for(request, "log", start.version, first_parent, limit, cursor or "")
+            # The page is fixed by where the log starts (histories never change) and the
+            # query; its sinks' statuses change with any commit of the application.
+            moved = revision(key) if with_sinks else ""
+            parts = (start.version, first_parent, limit, cursor or "", moved)
+            return start, etag_for(request, "log", *parts)
 
         watch = watch_seconds(request) > 0 and "If-None-Match" in request.headers
-        key = lineage_key(application_ref(name=name).pk)
         seen = revision(key) if watch else 0  # before the log: no commit falls in between
         return conditional_read(
             request,
@@ -157,7 +171,7 @@ class SnapshotLogView(ApiView):
             seen=seen,  # a commit somewhere in the application: did this log move?
             first=begin(),
             look=begin,
-            build=lambda start: _log_page(request, name, start, limit, cursor),
+            build=lambda start: _log_page(request, name, start, limit, cursor, with_sinks),
         )
 
 
@@ -174,25 +188,28 @@ def _sinks_json(sinks: dict[str, dict[str, str]]) -> str:
 
 
 def _log_page(
-    request: Request, name: str, start: selectors.LogStart, limit: int, cursor: str | None
+    request: Request,
+    name: str,
+    start: selectors.LogStart,
+    limit: int,
+    cursor: str | None,
+    with_sinks: bool,
 ) -> Response:
     prefix = snapshot_url_prefix(request, name)
-    application = application_ref(name=name)
     if accepts_prerendered(request):
         text = selectors.snapshot_log_page_json(start, limit=limit, cursor=cursor)
         if text is not None:  # PostgreSQL built the summaries' JSON
             links = page_response_data(request, [], text.next_cursor)
-            sinks = _page_sinks(application, [sid for sid, _ in text.rows])
-            return prerendered_json(
-                {"next": links["next"], "previous": links["previous"]},
-                {
-                    "results": snapshot_summaries_json(text.rows, prefix),
-                    "sinks": _sinks_json(sinks),
-                },
-            )
+            raw = {"results": snapshot_summaries_json(text.rows, prefix)}
+            if with_sinks:
+                ids = [sid for sid, _ in text.rows]
+                raw["sinks"] = _sinks_json(_page_sinks(application_ref(name=name), ids))
+            return prerendered_json({"next": links["next"], "previous": links["previous"]}, raw)
     page = selectors.snapshot_log_page(start, limit=limit, cursor=cursor)
     data = page_response_data(request, snapshot_summaries(page.snapshots, prefix), page.next_cursor)
-    data["sinks"] = _page_sinks(application, [s.snapshot_id for s in page.snapshots])
+    if with_sinks:
+        ids = [s.snapshot_id for s in page.snapshots]
+        data["sinks"] = _page_sinks(application_ref(name=name), ids)
     return Response(data)
 
 
@@ -247,7 +264,7 @@ class LineageGraphView(ApiView):
     @extend_schema(
         tags=TAGS,
         summary="A page of the lineage graph: recently indexed snapshots, edges and refs",
-        parameters=PAGE_PARAMETERS,
+        parameters=[_SINKS_PARAMETER, *PAGE_PARAMETERS],
         responses={
             200: inline_serializer(
                 "LineageGraphPage",
@@ -269,24 +286,25 @@ class LineageGraphView(ApiView):
         application = application_ref(name=name)
         limit = page_limit(request, default=200)
         cursor = request.query_params.get("cursor") or None
+        with_sinks = _flag(request, "sinks")
         key = lineage_key(application.pk)
         seen = revision(key)
 
         def look() -> tuple[None, str]:
-            return None, etag_for(request, "lineage", application.pk, revision(key))
+            return None, etag_for(request, "lineage", application.pk, revision(key), with_sinks)
 
         return conditional_read(
             request,
             key=key,
             seen=seen,
-            first=(None, etag_for(request, "lineage", application.pk, seen)),
+            first=(None, etag_for(request, "lineage", application.pk, seen, with_sinks)),
             look=look,
-            build=lambda _: _graph_page(request, application, limit, cursor),
+            build=lambda _: _graph_page(request, application, limit, cursor, with_sinks),
         )
 
 
 def _graph_page(
-    request: Request, application: Application, limit: int, cursor: str | None
+    request: Request, application: Application, limit: int, cursor: str | None, with_sinks: bool
 ) -> Response:
     prefix = snapshot_url_prefix(request, application.name)
     if accepts_prerendered(request):
@@ -295,20 +313,20 @@ def _graph_page(
         )
         if text is not None:  # PostgreSQL built the rows' JSON
             links = page_response_data(request, [], text.next_cursor)
-            return prerendered_json(
-                {"next": links["next"], "previous": links["previous"]},
-                {
-                    "results": f"[{text.results}]",
-                    "edges": f"[{text.edges}]",
-                    "refs": f"{{{text.refs}}}",
-                    "sinks": _sinks_json(_page_sinks(application, list(text.ids))),
-                },
-            )
+            raw = {
+                "results": f"[{text.results}]",
+                "edges": f"[{text.edges}]",
+                "refs": f"{{{text.refs}}}",
+            }
+            if with_sinks:
+                raw["sinks"] = _sinks_json(_page_sinks(application, list(text.ids)))
+            return prerendered_json({"next": links["next"], "previous": links["previous"]}, raw)
     page = selectors.lineage_graph_page(application=application, limit=limit, cursor=cursor)
     data = page_response_data(request, snapshot_summaries(page.snapshots, prefix), page.next_cursor)
     data["edges"] = [
         {"child": e.child, "parent": e.parent, "position": e.position} for e in page.edges
     ]
     data["refs"] = page.refs
-    data["sinks"] = _page_sinks(application, [s.snapshot_id for s in page.snapshots])
+    if with_sinks:
+        data["sinks"] = _page_sinks(application, [s.snapshot_id for s in page.snapshots])
     return Response(data)
