@@ -374,6 +374,11 @@ class IcebergSink(FromConfig):
             epochs.setdefault(int(row.pop(EPOCH_COLUMN)), []).append(row)
         return epochs
 
+    def forget_staged(self) -> None:
+        """Forget the data files staged in memory: a later commit reads them back from the
+        pending record's paths (or writes them again from the store)."""
+        self._staged.clear()
+
     def close(self) -> None:
         self._staged.clear()
         self._table = None

@@ -99,6 +99,9 @@ class TcpProxy:
 
     def cut(self) -> None:
         if self._server is not None:
+            # shutdown wakes the thread blocked in accept (close alone leaves it listening)
+            with contextlib.suppress(OSError):
+                self._server.shutdown(socket.SHUT_RDWR)
             self._server.close()
             self._server = None
         with self._lock:
