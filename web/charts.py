@@ -260,6 +260,38 @@ def dead_letters(points: Sequence[EpochPoint]) -> dict[str, Any]:
     return _figure(data, layout)
 
 
+def event_time(points: Sequence[EpochPoint]) -> dict[str, Any]:
+    """Event-time jobs: how far each commit's watermark trailed its wall time (a line), and the
+    records each epoch dropped as late (bars, on their own axis)."""
+    data = [
+        _series(points, "watermark lag at commit (s)", [p.watermark_lag_s for p in points],
+                PALETTE[3]),
+        {
+            "type": "bar",
+            "name": "late records",
+            "x": _time_axis(points),
+            "y": [p.late_records if p.event_time else None for p in points],
+            "text": _epoch_text(points),
+            "yaxis": "y2",
+            "opacity": 0.6,
+            "marker": {"color": "#f59e0b"},
+        },
+    ]  # fmt: skip
+    layout = _layout(
+        "Watermark lag and late records per epoch",
+        showlegend=True,
+        yaxis={"gridcolor": "#e2e8f0", "rangemode": "tozero", "title": {"text": "lag (s)"}},
+        yaxis2={
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            "showgrid": False,
+            "title": {"text": "late records"},
+        },
+    )
+    return _figure(data, _dates(layout))
+
+
 def parallelism_over_time(
     points: Sequence[EpochPoint], operations: Sequence[Operation]
 ) -> dict[str, Any]:
@@ -432,4 +464,5 @@ def job_figures(
         "parallelism": parallelism_over_time(points, operations),
         "heatmap": heatmap(sizes),
         "allocation": allocation(parallelism, max_parallelism, sizes),
+        **({"event-time": event_time(points)} if any(p.event_time for p in points) else {}),
     }
