@@ -262,21 +262,31 @@ def dead_letters(points: Sequence[EpochPoint]) -> dict[str, Any]:
 
 def event_time(points: Sequence[EpochPoint]) -> dict[str, Any]:
     """Event-time jobs: how far each commit's watermark trailed its wall time (a line), and the
-    records each epoch dropped as late (bars, on their own axis)."""
+    records each epoch dropped as late (bars, on their own axis), per epoch."""
+    x = _epoch_axis(points)
     data = [
-        _series(points, "watermark lag at commit (s)", [p.watermark_lag_s for p in points],
-                PALETTE[3]),
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "connectgaps": True,
+            "name": "watermark lag at commit (s)",
+            "x": x,
+            "y": [p.watermark_lag_s for p in points],
+            "hovertext": _epoch_text(points),
+            "line": {"color": PALETTE[3], "width": 2},
+            "marker": {"size": 5},
+        },
         {
             "type": "bar",
             "name": "late records",
-            "x": _time_axis(points),
+            "x": x,
             "y": [p.late_records if p.event_time else None for p in points],
-            "text": _epoch_text(points),
+            "hovertext": _epoch_text(points),
             "yaxis": "y2",
-            "opacity": 0.6,
+            "opacity": 0.7,
             "marker": {"color": "#f59e0b"},
         },
-    ]  # fmt: skip
+    ]
     layout = _layout(
         "Watermark lag and late records per epoch",
         showlegend=True,
@@ -289,7 +299,7 @@ def event_time(points: Sequence[EpochPoint]) -> dict[str, Any]:
             "title": {"text": "late records"},
         },
     )
-    return _figure(data, _dates(layout))
+    return _figure(data, _epochs(layout))
 
 
 def parallelism_over_time(

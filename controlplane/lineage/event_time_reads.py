@@ -51,9 +51,11 @@ class KeyGroupEventTime:
 
 @dataclass(frozen=True)
 class Partition:
+    """One watermark partition and the largest event time read from it (the document also
+    holds the processing time it last brought records: logical time in a replayable job)."""
+
     name: str
     max_event_ms: int
-    last_active_ms: int
 
 
 @dataclass(frozen=True)
@@ -168,9 +170,7 @@ def _counts_of(
         return {}, f"open windows are not counted: the state cannot be read ({exc})"
 
 
-def snapshot_event_time(
-    *, application: Application, snapshot_id: str, count_windows: bool = True
-) -> SnapshotEventTime | None:
+def snapshot_event_time(*, application: Application, snapshot_id: str) -> SnapshotEventTime | None:
     """The snapshot's event time (None: it records none). NotFound when the store cannot
     give the manifest."""
     manifest = read_manifest(application, snapshot_id)
@@ -182,8 +182,9 @@ def snapshot_event_time(
     timers = _int_map(timers_raw)
     windowed = doc.get("window") is not None
     groups = sorted(set(due) | set(timers))
-    counts, note = ({}, "")
-    if windowed and count_windows and due:
+    counts: dict[int, int] = {}
+    note = ""
+    if windowed and due:
         counts, note = _counts_of(application, manifest, sorted(due))
     m, p = manifest.max_parallelism, manifest.parallelism
     rows = [
@@ -196,14 +197,15 @@ def snapshot_event_time(
         )
         for g in groups
     ]
-    partitions = doc.get("partitions") if isinstance(doc.get("partitions"), Mapping) else {}
+    raw_partitions = doc.get("partitions")
+    partitions: Mapping[str, Any] = raw_partitions if isinstance(raw_partitions, Mapping) else {}
     return SnapshotEventTime(
         snapshot_id=snapshot_id,
         watermark_ms=_optional_int(doc.get("watermark")),
         applied_ms=_optional_int(doc.get("applied")),
         late_records=int(doc.get("late") or 0),
         partitions=[
-            Partition(str(name), int(v[0]), int(v[1]))
+            Partition(str(name), int(v[0]))
             for name, v in sorted(partitions.items())
             if isinstance(v, list | tuple) and len(v) == 2
         ],
@@ -211,5 +213,5 @@ def snapshot_event_time(
         spec=spec_words(doc.get("spec")),
         key_groups=rows,
         has_timers=timers_raw is not None,
-        count_note=note if windowed and count_windows else "",
+        count_note=note,
     )
