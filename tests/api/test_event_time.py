@@ -150,6 +150,11 @@ def test_job_page_and_snapshot_panel_show_watermark_and_open_windows(
     shown = re.search(r'data-testid="event-time-watermark">([^<]+)<', html)
     assert shown is not None and shown.group(1).startswith("2026-01-01 ")
     assert open_windows(html) == expected
+    late = late_per_epoch(pageviews_run["repo"])
+    per_epoch = [late[m.epoch] for _, m in reversed(history)]  # newest first, as listed
+    assert [int(n) for n in re.findall(r'data-testid="commit-late">(\d+)<', html)] == per_epoch
+    tab = admin_client.get(f"/jobs/{job.name}/checkpoints/").content.decode()
+    assert [int(n) for n in re.findall(r'data-testid="checkpoint-late">(\d+)<', tab)] == per_epoch
     panel = admin_client.get(
         f"/applications/pageviews/snapshots/{head_id}/", HTTP_HX_REQUEST="true"
     )
@@ -198,4 +203,5 @@ def test_pending_timers_per_key_group_when_the_job_records_them(
     plain = make_app(tmp_path, "plain", [{"records_in": 10}])
     html = admin_client.get(f"/jobs/{plain.name}/").content.decode()
     assert 'data-testid="watermark"' not in html and "chart-event-time" not in html
+    assert 'data-testid="commit-late"' not in html
     assert 'data-testid="event-time"' not in html

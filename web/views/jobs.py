@@ -70,6 +70,7 @@ def job_context(job: Job) -> dict[str, Any]:
     return {
         **event_time_context(job.application, head.snapshot_id if head else None),
         "watermark_point": timed,
+        "event_time_job": any(p.event_time for p in points),
         "watermark_now_lag_s": watermark_lag_s(
             timed.watermark_ms if timed else None, timezone.now()
         ),
@@ -204,6 +205,7 @@ def job_checkpoints_view(request: HttpRequest, name: str) -> HttpResponse:
         "job": job,
         "tab": "checkpoints",
         "points": points,
+        "event_time_job": any(p.event_time for p in points),
         "tags": tags,
         "failed": failed,
         "summary": {
