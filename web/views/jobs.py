@@ -68,7 +68,7 @@ def job_context(job: Job) -> dict[str, Any]:
     last = points[-1] if points else None
     timed = next((p for p in reversed(points) if p.watermark_ms is not None), None)
     return {
-        **event_time_context(job.application, head.snapshot_id if head else None),
+        **event_time_context(job.application, sizes.snapshot_id if sizes else None),
         "watermark_point": timed,
         "event_time_job": any(p.event_time for p in points),
         "watermark_now_lag_s": watermark_lag_s(
