@@ -260,6 +260,48 @@ def dead_letters(points: Sequence[EpochPoint]) -> dict[str, Any]:
     return _figure(data, layout)
 
 
+def event_time(points: Sequence[EpochPoint]) -> dict[str, Any]:
+    """Event-time jobs: how far each commit's watermark trailed its wall time (a line), and the
+    records each epoch dropped as late (bars, on their own axis), per epoch."""
+    x = _epoch_axis(points)
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "connectgaps": True,
+            "name": "watermark lag at commit (s)",
+            "x": x,
+            "y": [p.watermark_lag_s for p in points],
+            "hovertext": _epoch_text(points),
+            "line": {"color": PALETTE[3], "width": 2},
+            "marker": {"size": 5},
+        },
+        {
+            "type": "bar",
+            "name": "late records",
+            "x": x,
+            "y": [p.late_records if p.event_time else None for p in points],
+            "hovertext": _epoch_text(points),
+            "yaxis": "y2",
+            "opacity": 0.7,
+            "marker": {"color": "#f59e0b"},
+        },
+    ]
+    layout = _layout(
+        "Watermark lag and late records per epoch",
+        showlegend=True,
+        yaxis={"gridcolor": "#e2e8f0", "rangemode": "tozero", "title": {"text": "lag (s)"}},
+        yaxis2={
+            "overlaying": "y",
+            "side": "right",
+            "rangemode": "tozero",
+            "showgrid": False,
+            "title": {"text": "late records"},
+        },
+    )
+    return _figure(data, _epochs(layout))
+
+
 def parallelism_over_time(
     points: Sequence[EpochPoint], operations: Sequence[Operation]
 ) -> dict[str, Any]:
@@ -432,4 +474,5 @@ def job_figures(
         "parallelism": parallelism_over_time(points, operations),
         "heatmap": heatmap(sizes),
         "allocation": allocation(parallelism, max_parallelism, sizes),
+        **({"event-time": event_time(points)} if any(p.event_time for p in points) else {}),
     }

@@ -41,6 +41,7 @@ from controlplane.audit.rejections import rejection_totals
 from controlplane.autoscaler.models import AutoscaleDecision
 from controlplane.jobs.models import Job, JobState
 from controlplane.jobs.selectors import runs_watched_at
+from controlplane.lineage.event_time import event_time_stats
 from controlplane.lineage.models import Branch, Snapshot
 from controlplane.operations.executor import QUEUED
 from controlplane.operations.models import Operation, OperationKind, OperationState
@@ -277,10 +278,11 @@ class DatabaseCollector(Collector):
             if behind is not None:
                 sink_lag.add_metric([name, app], behind)
                 sink_lag_s.add_metric([name, app], _number(stats, "sink_lag_s") or 0.0)
-            watermark = _number(stats, "watermark_ms")
-            if watermark is not None:
-                watermark_lag.add_metric([name, app], now - watermark / 1000)
-                late.add_metric([name, app], _number(stats, "late_records") or 0.0)
+            timed = event_time_stats(stats)  # event-time jobs only
+            if timed is not None:
+                late.add_metric([name, app], timed.late_records)
+                if timed.watermark_ms is not None:
+                    watermark_lag.add_metric([name, app], now - timed.watermark_ms / 1000)
         yield lag_epochs
         yield lag_records
         yield sink_lag

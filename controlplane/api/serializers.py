@@ -23,6 +23,7 @@ from controlplane.applications.models import (
 from controlplane.jobs.models import DesiredState, JobState, RunPhase
 from controlplane.jobs.selectors import ShownState, job_shown_state
 from controlplane.jobs.spark_conf import spark_conf_schema
+from controlplane.lineage.event_time import NO_EVENT_TIME, event_time_fields
 from controlplane.lineage.models import COMMIT_KINDS
 from controlplane.lineage.sink_status import STATUSES as SINK_STATUSES
 from controlplane.operations.models import OperationKind, OperationState
@@ -242,7 +243,43 @@ def _iso(value: Any) -> str:
     return text.removesuffix("+00:00") + "Z" if text.endswith("+00:00") else text
 
 
-class SnapshotDetailSerializer(SnapshotSummarySerializer):
+class EventTimeFields(serializers.Serializer):
+    """`watermark_ms`, `watermark_lag_s`, `late_records` of one commit (a job's head, a
+    snapshot): what `event_time(obj)` gives (controlplane.lineage.event_time)."""
+
+    watermark_ms = serializers.SerializerMethodField(
+        help_text="Event-time jobs: the watermark (ms since the Unix epoch, UTC) after the "
+        "commit (manifest stat `watermark_ms`); null without event time, before the first "
+        "event time and on a commit that does not record it (a rescale's or a rollback's; "
+        "a job's head has it again after its next epoch)."
+    )
+    watermark_lag_s = serializers.SerializerMethodField(
+        help_text="Seconds the watermark trailed the wall clock when the commit was made (its "
+        "`created_at` minus `watermark_ms`); null with `watermark_ms`. The lag now is the "
+        "current time minus `watermark_ms` (/metrics: epochal_job_watermark_lag_seconds)."
+    )
+    late_records = serializers.SerializerMethodField(
+        help_text="Event-time jobs: records the epoch dropped as later than the watermark it "
+        "applied (dead letters with reason `late`); null without event time."
+    )
+
+    def event_time(self, obj: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_watermark_ms(self, obj: Any) -> Any:
+        return self.event_time(obj)["watermark_ms"]
+
+    @extend_schema_field(serializers.FloatField(allow_null=True))
+    def get_watermark_lag_s(self, obj: Any) -> Any:
+        return self.event_time(obj)["watermark_lag_s"]
+
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_late_records(self, obj: Any) -> Any:
+        return self.event_time(obj)["late_records"]
+
+
+class SnapshotDetailSerializer(EventTimeFields, SnapshotSummarySerializer):
     offsets = serializers.DictField(child=serializers.DictField(child=serializers.IntegerField()))
     stats = serializers.DictField(child=serializers.FloatField())
     provenance = serializers.DictField(child=serializers.CharField())
@@ -283,6 +320,9 @@ class SnapshotDetailSerializer(SnapshotSummarySerializer):
     )
     def get_sinks(self, obj: Any) -> dict[str, str]:
         return dict(self.context.get("sinks") or {})
+
+    def event_time(self, obj: Any) -> dict[str, Any]:
+        return event_time_fields(obj.stats, obj.created_at)
 
 
 class KeyGroupChangeSerializer(serializers.Serializer):
@@ -499,7 +539,15 @@ def sink_lag(head: Any) -> dict[str, float] | None:
     return {"epochs": int(epochs), "seconds": float(seconds or 0.0)}
 
 
-class JobDetailSerializer(JobSerializer):
+def head_event_time(head: Any) -> dict[str, Any]:
+    """`watermark_ms`, `watermark_lag_s` and `late_records` of the job's head commit (all
+    None when it records no event time)."""
+    if head is None:
+        return dict(NO_EVENT_TIME)
+    return event_time_fields(head.stats, head.created_at)
+
+
+class JobDetailSerializer(EventTimeFields, JobSerializer):
     """A job with its newest run, its active operation and its branch head (from the index);
     the view passes those three in the context."""
 
@@ -520,6 +568,9 @@ class JobDetailSerializer(JobSerializer):
     )
     def get_sink_lag(self, obj: Any) -> Any:
         return sink_lag(self.context.get("head"))
+
+    def event_time(self, obj: Any) -> dict[str, Any]:
+        return head_event_time(self.context.get("head"))
 
     @extend_schema_field(RunSerializer(allow_null=True))
     def get_current_run(self, obj: Any) -> Any:
@@ -565,6 +616,7 @@ def job_detail_representation(job: Any, context: Mapping[str, Any]) -> dict[str,
         "restarts": int(job.restarts),
         "created_at": _iso(job.created_at),
         "updated_at": _iso(job.updated_at),
+        **head_event_time(head),
         "current_run": None
         if run is None
         else {

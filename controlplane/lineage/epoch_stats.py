@@ -9,10 +9,11 @@ that moment minus the manifest's `created_at` (written just before the compare-a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from controlplane.applications.models import Application
 from controlplane.lineage.errors import UnknownRevisionError
+from controlplane.lineage.event_time import event_time_stats, watermark_at, watermark_lag_s
 from controlplane.lineage.models import ReflogEntry
 from controlplane.lineage.selectors import SnapshotSummary, snapshot_log
 
@@ -41,21 +42,19 @@ class EpochPoint:
     #: event-time jobs: records dropped as late, and the watermark after the epoch (ms)
     late_records: int = 0
     watermark_ms: int | None = None
+    #: whether the commit records event time at all (an event-time job's epoch)
+    event_time: bool = False
 
     @property
     def watermark_at(self) -> datetime | None:
         """The watermark as an instant (UTC)."""
-        if self.watermark_ms is None:
-            return None
-        return datetime.fromtimestamp(self.watermark_ms / 1000, tz=UTC)
+        return watermark_at(self.watermark_ms)
 
     @property
     def watermark_lag_s(self) -> float | None:
-        """How far the watermark trailed the commit's wall time (None: no watermark)."""
-        if self.watermark_ms is None:
-            return None
-        at = self.committed_at or self.created_at
-        return at.timestamp() - self.watermark_ms / 1000
+        """How far the watermark trailed the commit's wall time, its manifest's `created_at`
+        (None: no watermark) — as the REST API says it."""
+        return watermark_lag_s(self.watermark_ms, self.created_at)
 
     @property
     def commit_latency_ms(self) -> float | None:
@@ -86,6 +85,7 @@ def _point(s: SnapshotSummary, committed_at: datetime | None) -> EpochPoint:
     stats = s.stats
     process = stats.get("process_s")
     lag, lag_s = stats.get("sink_lag_epochs"), stats.get("sink_lag_s")
+    timed = event_time_stats(stats)
     return EpochPoint(
         snapshot_id=s.snapshot_id,
         epoch=s.epoch,
@@ -102,8 +102,9 @@ def _point(s: SnapshotSummary, committed_at: datetime | None) -> EpochPoint:
         process_s=float(process) if isinstance(process, int | float) else None,
         sink_lag_epochs=int(lag) if isinstance(lag, int | float) else None,
         sink_lag_s=float(lag_s) if isinstance(lag_s, int | float) else None,
-        late_records=_int(stats, "late_records"),
-        watermark_ms=_int(stats, "watermark_ms") if "watermark_ms" in stats else None,
+        late_records=0 if timed is None else timed.late_records,
+        watermark_ms=None if timed is None else timed.watermark_ms,
+        event_time=timed is not None,
     )
 
 

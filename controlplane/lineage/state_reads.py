@@ -55,7 +55,7 @@ def read_manifest(application: Application, snapshot_id: str) -> Manifest:
         ) from None
 
 
-def _object_size(repo: Repository, object_id: str) -> int | None:
+def object_size(repo: Repository, object_id: str) -> int | None:
     with _lock:
         size = _sizes.get(object_id)
     if size is not None:
@@ -102,7 +102,7 @@ def key_group_sizes(*, application: Application, snapshot_id: str) -> KeyGroupSi
     for group, chain in manifest.key_groups.items():
         counts[group] = len(chain)
         for chunk_id in chain:
-            size = _object_size(repo, chunk_id)
+            size = object_size(repo, chunk_id)
             if size is None:
                 missing += 1
             else:

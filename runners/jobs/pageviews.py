@@ -24,13 +24,20 @@ WINDOW_MS, SLIDE_MS, DELAY_MS = 5 * MINUTE_MS, MINUTE_MS, 30_000
 PAGES = ("/", "/pricing", "/docs", "/blog", "/signup", "/login", "/about", "/careers")
 
 
-def generate(directory: str, *, files: int = 5, views: int = 5000, seed: int = 4) -> None:
-    """Deterministic view files of 2 minutes of event time each, shuffled and up to 30 s
-    early; 1% of the views are 10 minutes old (late)."""
+START_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+FILE_MS = 2 * MINUTE_MS  # event time each file covers
+
+
+def generate(
+    directory: str, *, files: int = 5, views: int = 5000, seed: int = 4, start_ms: int = START_MS
+) -> None:
+    """Deterministic view files of 2 minutes of event time each from `start_ms`, shuffled
+    and up to 30 s early; 1% of the views are 10 minutes old (late). Existing files are
+    rewritten equal."""
     rng = np.random.default_rng(seed)
-    start = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+    start = start_ms
     for f in range(files):
-        ts = start + f * 2 * MINUTE_MS + rng.integers(0, 2 * MINUTE_MS, views)
+        ts = start + f * FILE_MS + rng.integers(0, FILE_MS, views)
         ts -= rng.integers(0, DELAY_MS, views)
         late = rng.random(views) < 0.01
         ts[late] -= 10 * MINUTE_MS

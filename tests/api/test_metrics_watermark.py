@@ -26,6 +26,7 @@ def test_watermark_lag_and_late_records_per_job(
          {"records_in": 10, "late_records": 4, "watermark_ms": watermark_ms}],
     )  # fmt: skip
     make_app(tmp_path, "plain", [{"records_in": 10}])
+    make_app(tmp_path, "early", [{"records_in": 10, "late_records": 0}])  # no watermark yet
     got = scrape()
     elapsed = time.time() - started
     views = (("application", "views"), ("job_name", "views-main"))
@@ -33,6 +34,10 @@ def test_watermark_lag_and_late_records_per_job(
     assert got[("epochal_job_late_records", views)] == 4
     plain = (("application", "plain"), ("job_name", "plain-main"))
     assert ("epochal_job_watermark_lag_seconds", plain) not in got  # no event time: no series
+    assert ("epochal_job_late_records", plain) not in got
+    early = (("application", "early"), ("job_name", "early-main"))
+    assert got[("epochal_job_late_records", early)] == 0  # an event-time job before its
+    assert ("epochal_job_watermark_lag_seconds", early) not in got  # first watermark
     points = epoch_series(application=timed.application, branch="main")
     assert [p.late_records for p in points] == [0, 4]
     assert [p.watermark_ms for p in points] == [watermark_ms - 60_000, watermark_ms]

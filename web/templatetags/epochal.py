@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django import template
@@ -155,3 +155,13 @@ def asked_by(operation: Any) -> str:
     if operation.requested_via in ("reconciler", "autoscaler", "schedule"):
         return f"{via}, on its own"
     return via
+
+
+@register.filter
+def event_instant(value: Any) -> str:
+    """Milliseconds since the Unix epoch (an event time, a watermark) as a UTC date and time
+    to the second (None: —)."""
+    if value is None:
+        return "—"
+    moment = datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")

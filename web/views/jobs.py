@@ -7,6 +7,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
+from django.utils import timezone
 from django.utils.html import json_script
 from django.views.decorators.http import require_POST
 
@@ -29,11 +30,13 @@ from controlplane.jobs.selectors import (
 )
 from controlplane.jobs.services import job_set_savepoint_schedule
 from controlplane.lineage.epoch_stats import epoch_series
+from controlplane.lineage.event_time import watermark_lag_s
 from controlplane.lineage.selectors import tag_list
 from controlplane.lineage.state_reads import KeyGroupSizes, key_group_sizes
 from controlplane.operations.selectors import operation_list
 from web import charts, forms
 from web.access import operator_required, viewer_required
+from web.event_time import event_time_context
 from web.live import live_etag, not_modified, still_unchanged, watch_headers
 from web.views.base import domain_errors, is_htmx, page
 
@@ -63,7 +66,14 @@ def job_context(job: Job) -> dict[str, Any]:
     max_parallelism = head.max_parallelism if head is not None else job.application.max_parallelism
     figures = charts.job_figures(points, operations, sizes, parallelism, max_parallelism)
     last = points[-1] if points else None
+    timed = next((p for p in reversed(points) if p.watermark_ms is not None), None)
     return {
+        **event_time_context(job.application, sizes.snapshot_id if sizes else None),
+        "watermark_point": timed,
+        "event_time_job": any(p.event_time for p in points),
+        "watermark_now_lag_s": watermark_lag_s(
+            timed.watermark_ms if timed else None, timezone.now()
+        ),
         "job": job,
         "health": health,
         "head": head,
@@ -195,6 +205,7 @@ def job_checkpoints_view(request: HttpRequest, name: str) -> HttpResponse:
         "job": job,
         "tab": "checkpoints",
         "points": points,
+        "event_time_job": any(p.event_time for p in points),
         "tags": tags,
         "failed": failed,
         "summary": {

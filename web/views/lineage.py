@@ -38,6 +38,7 @@ from controlplane.operations.selectors import operation_find
 from snapshots_store import StoreError
 from web import graph
 from web.access import viewer_required
+from web.event_time import event_time_context
 from web.views.base import domain_errors, is_htmx, page
 
 PAGE_SIZES = (50, 100, 200, 500)
@@ -223,6 +224,7 @@ def _snapshot_context(
         "savepoint_jobs": savepoint_jobs,
         "key_columns": (extras or {}).get("extra", {}).get("key") or [],
         "tasks": _task_rows((extras or {}).get("extra", {}).get("tasks")),
+        **event_time_context(application, snapshot.snapshot_id if extras else None),
     }
 
 

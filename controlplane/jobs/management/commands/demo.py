@@ -18,6 +18,11 @@ of the history, then only the new epochs. A SIGKILLed demo stops nothing: its wo
 with it (a parent-death signal), the runs go on unwatched and `epochal jobs` shows them as
 `unknown (control plane was down)` until the next start finds them running.
 
+``--job pageviews`` runs the event-time example instead (runners/jobs/pageviews.py: views per
+page in 5-minute windows sliding by 1 minute; `controlplane.jobs.demo_examples`), on files only,
+and prints where to see its windows: the job page (watermark, late records, open windows per
+key group) and one line reading the output.
+
 ``--source rabbitmq-stream`` publishes the same clicks to the RabbitMQ stream
 ``epochal-demo-clicks`` (``RABBITMQ_STREAM_URL``, default the local broker's stream plugin on
 port 5552) and runs the job on the RabbitMQ Streams source instead of the files;
@@ -44,10 +49,16 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-APPLICATION = "clickstream"
+from controlplane.jobs.demo_examples import (
+    CLICKSTREAM,
+    EXAMPLES,
+    PAGEVIEWS,
+    epoch_event_time,
+    generate_pageviews,
+)
+
 STREAM = "epochal-demo-clicks"
 KAFKA_PARTITIONS = 2
-JOB = "clickstream-main"
 LAKE = "clickstream-lake"  # the demo's registered Delta sink
 BRANCH = "main"
 DEMO_USER = "admin"
@@ -57,10 +68,19 @@ DEMO_PASSWORD = "epochal-demo"  # a local-only login: the demo's server binds 12
 class Command(BaseCommand):
     help = (
         "Bring the control plane up on the embedded default (SQLite, filesystem broker, local "
-        "store, Spark local[2]), start the example clickstream job and serve the dashboard."
+        "store, Spark local[2]), start an example job (clickstream by default) and serve the "
+        "dashboard."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--job",
+            choices=sorted(EXAMPLES),
+            default=CLICKSTREAM.entry_point,
+            help="the example job: "
+            + "; ".join(f"{e.entry_point}: {e.about}" for e in EXAMPLES.values())
+            + " (default clickstream)",
+        )
         parser.add_argument(
             "--input-batches",
             type=int,
@@ -70,14 +90,18 @@ class Command(BaseCommand):
         parser.add_argument(  # the old name of --input-batches, kept so old scripts still run
             "--epochs", type=int, dest="deprecated_epochs", default=None, help=argparse.SUPPRESS
         )
-        parser.add_argument("--records", type=int, default=5_000, help="clicks per input file")
+        parser.add_argument(
+            "--records", type=int, default=5_000, help="clicks (or views) per input file"
+        )
         parser.add_argument("--parallelism", type=int, default=2, help="tasks (default 2)")
         parser.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
         parser.add_argument(
             "--feed-every",
             type=float,
             default=15.0,
-            help="while serving, add an input file every N seconds (0: never)",
+            help="while serving, add an input file every N seconds (0: never); with --job "
+            "pageviews, look every N seconds for the view files whose 2 minutes of event time "
+            "have passed",
         )
         parser.add_argument(
             "--source",
@@ -113,14 +137,21 @@ class Command(BaseCommand):
         if min(options["input_batches"], options["records"], options["parallelism"]) < 1:
             raise CommandError("--input-batches, --records and --parallelism must be positive")
         self.options = options
+        self.example = EXAMPLES[options["job"]]
+        if self.example is PAGEVIEWS and options["source"] != "files":
+            raise CommandError(
+                "--job pageviews reads generated Parquet files: leave out --source (the "
+                "RabbitMQ stream and Kafka sources are for the clickstream job)"
+            )
         self._stopping = False
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, self._on_signal)  # even when started with SIGINT ignored (&)
         store_url: str = settings.EPOCHAL_STORE_URL
-        self.input_dir = Path(settings.VAR_DIR) / "demo" / "clickstream-input"
+        self.input_dir = self.example.input_dir(Path(settings.VAR_DIR))
         self.stream_url = str(settings.EPOCHAL_DEMO_RABBITMQ_STREAM_URL)
         self.kafka = str(settings.EPOCHAL_DEMO_KAFKA_BOOTSTRAP_SERVERS)
-        self.stdout.write(f"store:  {store_url} (namespace {APPLICATION}, branch {BRANCH})")
+        app = self.example.application
+        self.stdout.write(f"store:  {store_url} (namespace {app}, branch {BRANCH})")
         if options["source"] == "kafka":
             self._check_kafka()
             self.stream = options["topic"]
@@ -144,18 +175,23 @@ class Command(BaseCommand):
         )
         existing = self._files()
         self._generate(existing + options["input_batches"])
-        self._register_lake()
+        config: dict[str, Any] = {}
+        if self.example is CLICKSTREAM:
+            self._register_lake()
+            config = {"sinks": [LAKE]}
+        else:
+            self._print_windows_output(store_url)
         call_command(
             "register",
-            APPLICATION,
+            app,
             "--job",
-            "clickstream",
+            self.example.entry_point,
             "--job-args",
             json.dumps(job_args),
             "--config",
-            json.dumps({"sinks": [LAKE]}),
+            json.dumps(config),
             "--job-name",
-            JOB,
+            self.example.job,
             "--parallelism",
             str(options["parallelism"]),
             stdout=self.stdout,
@@ -170,7 +206,7 @@ class Command(BaseCommand):
             self._follow_commits(seen, timeout_s=600)
             spark_ui = self._spark_ui()
             self.stdout.write(f"spark ui: {spark_ui}")
-            call_command("reindex", application=APPLICATION, verbosity=1, stdout=self.stdout)
+            call_command("reindex", application=app, verbosity=1, stdout=self.stdout)
             if options["no_serve"]:
                 return
             self._serve(login, seen, spark_ui)
@@ -198,6 +234,20 @@ class Command(BaseCommand):
         )
         return path
 
+    def _print_windows_output(self, store_url: str) -> None:
+        """Where the pageviews job's windows are: its output on the branch, read in one line."""
+        app = self.example.application
+        self.stdout.write(
+            f"output: one row per page and closed window on branch {BRANCH} of {app} in the "
+            "store (the engine's output); read it with"
+        )
+        self.stdout.write(
+            '        .venv/bin/python -c "from runners.engine import read_output; '
+            "from snapshots_store import Repository; "
+            f"print(read_output(Repository.open('{store_url}', '{app}'), '{BRANCH}')"
+            '.to_pandas())"'
+        )
+
     # -- signals -----------------------------------------------------------------------------
 
     def _on_signal(self, signum: int, frame: Any) -> None:
@@ -222,11 +272,19 @@ class Command(BaseCommand):
         if self.options["source"] != "files":
             counts = self._published()
             return len(counts)
-        return len(list(self.input_dir.glob("clicks-*"))) if self.input_dir.is_dir() else 0
+        return self.example.files(self.input_dir)
 
     def _generate(self, files: int) -> None:
         from runners.jobs import clickstream
 
+        if self.example is PAGEVIEWS:
+            generate_pageviews(
+                self.input_dir,
+                Path(settings.VAR_DIR),
+                batches=self.options["input_batches"],
+                views=self.options["records"],
+            )
+            return
         if self.options["source"] == "files":
             clickstream.generate(str(self.input_dir), files=files, clicks=self.options["records"])
             return
@@ -264,7 +322,7 @@ class Command(BaseCommand):
     def _input_records(self) -> int:
         if self.options["source"] != "files":
             return sum(self._published())
-        return sum(sum(1 for _ in p.open("rb")) for p in self.input_dir.glob("clicks-*"))
+        return self.example.input_records(self.input_dir)
 
     def _endpoint_text(self) -> str:
         from runners.engine.rabbitmq_stream import Endpoint
@@ -337,12 +395,12 @@ class Command(BaseCommand):
         from controlplane.operations.selectors import operation_active_for_job
         from controlplane.operations.services import operation_request
 
-        job = job_get(name=JOB)
+        job = job_get(name=self.example.job)
         # After the demo's own shutdown the reconciler starts the job again by itself (its
         # desired state is still running): follow that start rather than asking twice.
         op = operation_active_for_job(job_id=job.pk)
         if op is None and job_is_running(job):
-            self.stdout.write(f"job {JOB} is already running")
+            self.stdout.write(f"job {self.example.job} is already running")
             return
         if op is None:
             try:
@@ -356,10 +414,11 @@ class Command(BaseCommand):
             except Conflict:
                 op = operation_active_for_job(job_id=job.pk)
                 if op is None:  # the reconciler's start has already launched it
-                    self.stdout.write(f"job {JOB} is already running")
+                    self.stdout.write(f"job {self.example.job} is already running")
                     return
         self.stdout.write(
-            f"starting job {JOB} (operation {op.pk}); Spark takes about 10 s to come up …"
+            f"starting job {self.example.job} (operation {op.pk}); Spark takes about 10 s to "
+            "come up …"
         )
         op = follow(op, self.stdout.write, timeout_s=300)
         if op.state != "succeeded":
@@ -370,7 +429,7 @@ class Command(BaseCommand):
         from controlplane.jobs.selectors import job_get
         from controlplane.jobs.store import job_repository
 
-        return job_repository(job_get(name=JOB))
+        return job_repository(job_get(name=self.example.job))
 
     def _summarise_history(self) -> set[str]:
         """On a restart, one line about the branch's history instead of every epoch again;
@@ -384,7 +443,8 @@ class Command(BaseCommand):
         self.stdout.write(
             f"resuming: {BRANCH} has {len(history)} commits, head epoch {head.epoch} "
             f"({head.kind}, p={head.parallelism}, snapshot {ref.target[:12]}); "
-            f"new epochs follow (`.venv/bin/epochal log {BRANCH} --application {APPLICATION}` "
+            f"new epochs follow (`.venv/bin/epochal log {BRANCH} --application "
+            f"{self.example.application}` "
             "shows the history)"
         )
         return {sid for sid, _ in history}
@@ -406,9 +466,9 @@ class Command(BaseCommand):
             s = m.stats
             self._say(
                 f"  epoch {m.epoch:>4}  {m.kind:<8} {int(s.get('records_in', 0)):>7} records "
-                f"in  {int(s.get('output_rows', 0)):>6} sessions out  "
+                f"in  {int(s.get('output_rows', 0)):>6} {self.example.rows_out} out  "
                 f"{int(s.get('dead_letters', 0)):>3} dead letters  p={m.parallelism}  "
-                f"snapshot {sid[:12]}"
+                f"snapshot {sid[:12]}{epoch_event_time(s, m.extra)}"
             )
         return ref.target, consumed
 
@@ -439,7 +499,7 @@ class Command(BaseCommand):
         from controlplane.jobs.services import run_refresh
         from controlplane.jobs.spark_ui import run_spark_ui_text
 
-        run = job_current_run(job_get(name=JOB))
+        run = job_current_run(job_get(name=self.example.job))
         deadline = time.monotonic() + 60
         while run is not None and run.live and run.spark_ui_url is None:
             run = run_refresh(run)
@@ -451,17 +511,26 @@ class Command(BaseCommand):
     def _serve(self, login: str, seen: set[str], spark_ui: str) -> None:
         port = self.options["port"]
         base = self._base_url()
+        job, app = self.example.job, self.example.application
+        windows, arrives = "", f"a new input file arrives every {self.options['feed_every']:g} s"
+        if self.example is PAGEVIEWS:
+            windows = (
+                f"Windows:    {base}/jobs/{job}/  (watermark and its lag, late records per "
+                "epoch, open windows per key group; the output line above reads the closed "
+                "ones)\n"
+            )
+            arrives = "a view file arrives as its 2 minutes of event time pass"
         self.stdout.write(
             self.style.SUCCESS(
                 f"\nDashboard:  {base}/            ({login})\n"
+                f"{windows}"
                 f"REST API:   {base}/api/  (OpenAPI UI {base}/api/docs/)\n"
                 f"Admin:      {base}/admin/\n"
                 f"Metrics:    {base}/metrics\n"
                 f"Spark UI:   {spark_ui}\n"
-                f"CLI:        .venv/bin/epochal jobs | rescale {JOB} -p 3 | "
-                f"rollback {JOB} --to <snapshot> | log {BRANCH} --application {APPLICATION}\n"
-                f"The job keeps running; a new input file arrives every "
-                f"{self.options['feed_every']:g} s and each new epoch and operation is printed "
+                f"CLI:        .venv/bin/epochal jobs | rescale {job} -p 3 | "
+                f"rollback {job} --to <snapshot> | log {BRANCH} --application {app}\n"
+                f"The job keeps running; {arrives} and each new epoch and operation is printed "
                 "below (--request-log adds the web server's requests). Ctrl-C (or SIGTERM, "
                 "SIGHUP) stops every job at an epoch boundary, then the workers; the next "
                 "start of the demo starts them again."
