@@ -155,6 +155,15 @@ class FanInSource:
             result.update({f"{name}/{k}": v for k, v in sub.items()})
         return result
 
+    def upstream_watermarks(self, splits: Sequence[Split]) -> dict[str, dict[str, Any]]:
+        """Per upstream read (edge name ``<fan-in>/<upstream>``), the watermark its newest
+        epoch read recorded (`PropagatesWatermarks`)."""
+        found: dict[str, dict[str, Any]] = {}
+        for name, mine in self._split_by_input(splits):
+            for doc in self._input(name).upstream_watermarks(mine).values():
+                found[f"{self.name}/{name}"] = doc
+        return found
+
     def lineage(self, committed: Mapping[str, int], splits: Sequence[Split]) -> dict[str, Any]:
         return {
             "kind": FAN_IN,
