@@ -40,6 +40,7 @@ from runners.engine.branch_source import (
     UpstreamRewoundError,
     upstream_epochs,
 )
+from runners.engine.eventtime.joins import JOIN  # an interval join's sides as upstreams
 from runners.engine.sources import Split, SplitData
 
 FAN_IN = "fan_in"
@@ -186,7 +187,7 @@ def flatten_inputs(inputs: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str
     for name, doc in sorted(inputs.items()):
         if not isinstance(doc, Mapping):
             continue
-        if doc.get("kind") == FAN_IN and isinstance(doc.get("inputs"), Mapping):
+        if doc.get("kind") in (FAN_IN, JOIN) and isinstance(doc.get("inputs"), Mapping):
             for sub, inner in sorted(doc["inputs"].items()):
                 if isinstance(inner, Mapping):
                     yield f"{name}/{sub}", {**inner, "marker_ms": doc.get("marker_ms")}

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runners.engine.eventtime import joins
 from runners.engine.eventtime.watermark import LATE, EventTimeError, event_times
 from runners.engine.sources import DeadLetter, Split
 from runners.engine.state import codec
@@ -155,9 +156,11 @@ def drop_late(
         table = table.filter(valid)
         positions = positions[np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)]
     ts = event_times(table.column(column))
-    if job.window is None or not len(ts):
+    late = joins.late(job, ts, watermark_ms)  # an interval join: below the watermark
+    if late is None and job.window is not None:
+        late = latest_end(job.window, ts) <= watermark_ms
+    if late is None or not len(ts):
         return table, dead, ts
-    late = latest_end(job.window, ts) <= watermark_ms
     if late.any():
         dead += _dead(table, pa.array(late), positions, split, LATE)
         table = table.filter(pa.array(~late))

@@ -1,0 +1,226 @@
+"""Interval joins (docs/engine.md "Interval joins"): inner and left outer stream-stream joins
+within a time bound, against an independent pandas reference over out-of-order input with
+late rows — the rows, their epochs, the late counts and the buffered state after every epoch
+(cleaned once the watermark passes what can still match) — at parallelism 1 and 2 and across
+live rescales; declarations the engine cannot run are refused naming the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+from runners.engine import EpochRunner, Job, JobError, read_dead_letters, read_output, sources
+from runners.engine import aggregations as agg
+from runners.engine.eventtime import EventTime, EventTimeError, IntervalJoin
+from runners.engine.state.restore import load_key_groups
+from snapshots_store import Repository
+from tests.engine.test_windows import _chain, _ipc, _watermarks
+
+pytestmark = pytest.mark.spark
+
+FILES, KEYS = 5, 40
+LOWER, UPPER, DELAY = 2_000, 6_000, 3_000
+T0 = 1_700_000_000_000
+COLUMNS = ["ad", "left_ts", "left_value", "right_ts", "right_value"]
+
+
+def side_frames(seed: int, rows: int, shift_ms: int) -> list[pd.DataFrame]:
+    """One frame per epoch: ``ad``, ``ts`` (ms, ~10 s per file, out of order by up to 4 s,
+    shifted by up to `shift_ms`), ``value``; 5 % of the rows 15 to 30 s old (late once the
+    watermark passed them)."""
+    rng = np.random.default_rng(seed)
+    frames = []
+    for i in range(FILES):
+        ts = i * 10_000 + rng.integers(0, 10_000, rows) - rng.integers(0, 4_000, rows)
+        ts += rng.integers(0, shift_ms + 1, rows)
+        late = rng.random(rows) < 0.05
+        ts[late] -= rng.integers(15_000, 30_000, int(late.sum()))
+        frames.append(pd.DataFrame({
+            "ad": [f"ad{k:02d}" for k in rng.integers(0, KEYS, rows)],
+            "ts": (ts + T0).astype(np.int64),
+            "value": rng.integers(0, 1_000, rows).astype(np.int64),
+        }))  # fmt: skip
+    return frames
+
+
+LEFT = side_frames(5, 60, 0)
+RIGHT = side_frames(6, 80, 5_000)
+# the right side's value is a float: each side keeps its own type under its prefix
+for _frame in RIGHT:
+    _frame["value"] = _frame["value"] / 10
+
+
+def reference(how: str) -> tuple[pd.DataFrame, list[int], list[int]]:
+    """(joined rows with `_epoch`, late rows per epoch, buffered rows after each epoch) by
+    the join's rules, computed with pandas over the whole input: epoch e reads file e - 1 of
+    both sides and applies the watermark after epoch e - 1 (the minimum over both sides of
+    their largest event time, minus the delay); a row below it is late; a left row leaves the
+    state once ``ts + upper < W``, a right row once ``ts + lower < W``; a left row that
+    matched nothing is emitted then, null-padded; one epoch without input follows the last
+    file to expire what the last watermark passed."""
+    applied, after, highs = [], None, {}
+    kept: dict[str, list[pd.DataFrame]] = {"left": [], "right": []}
+    late = []
+    for e in range(1, FILES + 1):
+        applied.append(after)
+        n = 0
+        for side, frames in (("left", LEFT), ("right", RIGHT)):
+            frame = frames[e - 1]
+            ok = frame if after is None else frame[frame["ts"] >= after]
+            n += len(frame) - len(ok)
+            kept[side].append(ok.assign(_in=e))
+            highs[side] = max(highs.get(side, ok["ts"].max()), ok["ts"].max())
+        late.append(n)
+        mark = min(highs.values()) - DELAY
+        after = mark if after is None else max(after, mark)
+    applied.append(after)  # epoch FILES + 1, without input
+    left, right = pd.concat(kept["left"]), pd.concat(kept["right"])
+    pairs = left.merge(right, on="ad", suffixes=("_l", "_r"))
+    pairs = pairs[
+        (pairs["ts_l"] - LOWER <= pairs["ts_r"]) & (pairs["ts_r"] <= pairs["ts_l"] + UPPER)
+    ]
+    out = pd.DataFrame({
+        "ad": pairs["ad"], "left_ts": pairs["ts_l"], "left_value": pairs["value_l"],
+        "right_ts": pairs["ts_r"], "right_value": pairs["value_r"],
+        "_epoch": np.maximum(pairs["_in_l"], pairs["_in_r"]),
+    })  # fmt: skip
+
+    def expiry_epoch(expires: int, arrived: int) -> int | None:
+        for e in range(arrived + 1, FILES + 2):
+            if applied[e - 1] is not None and applied[e - 1] >= expires:
+                return e
+        return None
+
+    if how == "left":
+        matched = set(zip(pairs["ad"], pairs["ts_l"], pairs["value_l"], strict=True))
+        alone = [r for r in left.itertuples() if (r.ad, r.ts, r.value) not in matched]
+        padded = [
+            {"ad": r.ad, "left_ts": r.ts, "left_value": r.value, "right_ts": np.nan,
+             "right_value": np.nan, "_epoch": expiry_epoch(r.ts + UPPER + 1, r._4)}
+            for r in alone
+        ]  # fmt: skip
+        rows = pd.DataFrame([p for p in padded if p["_epoch"] is not None])
+        out = pd.concat([out.astype({"right_ts": "float64"}), rows.astype({"_epoch": "int64"})])
+    buffered = []
+    for e in range(1, FILES + 2):
+        mark = applied[e - 1]
+        alive = 0
+        for frame, bound in ((left, UPPER), (right, LOWER)):
+            arrived = frame[frame["_in"] <= e]
+            alive += int(((arrived["ts"] + bound + 1) > (mark if mark is not None else -1)).sum())
+        buffered.append(alive)
+    return _sorted(out), late, buffered
+
+
+def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
+    frame = frame[["_epoch", *COLUMNS]].astype({"_epoch": "int64"})
+    return frame.sort_values(["_epoch", *COLUMNS], na_position="first").reset_index(drop=True)
+
+
+def join_job(root: str, how: str) -> Job:
+    def side(name: str) -> sources.ParquetDirectory:
+        return sources.ParquetDirectory(f"{root}/{name}", max_files_per_epoch=1)
+
+    join = IntervalJoin(left=side("impressions"), right=side("clicks"), on="ad",
+                        left_time="ts", right_time="ts", lower_ms=LOWER, upper_ms=UPPER,
+                        how=how, delay_ms=DELAY)  # fmt: skip
+    return Job(name=f"join-{how}", source=join, key="ad", time_mode="logical")
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> str:
+    root = tmp_path_factory.mktemp("join")
+    for name, frames in (("impressions", LEFT), ("clicks", RIGHT)):
+        for i, frame in enumerate(frames):
+            table = pa.Table.from_pandas(frame, preserve_index=False)
+            sources.write_parquet_file(str(root / name), f"part-{i:05d}", table)
+    return str(root)
+
+
+def _run(spark: Any, job: Job, root: Path, name: str, p: int) -> Repository:
+    repo = Repository.open(f"file://{root}/store", name)
+    EpochRunner(spark, job, repo=repo, parallelism=p).run()
+    return repo
+
+
+def _output(repo: Repository) -> pd.DataFrame:
+    return _sorted(read_output(repo, "main").to_pandas())
+
+
+def _buffered(repo: Repository) -> list[int]:
+    """The rows every epoch's snapshot keeps in the join's state."""
+    counts = []
+    for manifest in _chain(repo):
+        states, _ = load_key_groups(repo, manifest.key_groups, ["ad"])
+        counts.append(sum(s.table.num_rows for s in states.values()))
+    return counts
+
+
+@pytest.fixture(scope="module")
+def runs(spark: Any, inputs: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    root = tmp_path_factory.mktemp("runs")
+    return {how: _run(spark, join_job(inputs, how), root, how, p=2) for how in ("inner", "left")}
+
+
+@pytest.mark.parametrize("how", ["inner", "left"])
+def test_the_join_equals_the_pandas_reference_and_cleans_its_state(
+    runs: dict[str, Repository], how: str
+) -> None:
+    repo = runs[how]
+    expected, late, buffered = reference(how)
+    got = _output(repo)
+    pd.testing.assert_frame_equal(got, expected, check_dtype=False)
+    assert len(expected) > 100 and sum(late) > 10  # the data joins and has late rows
+    marks = _watermarks(repo)
+    assert [m[0] for m in marks] == list(range(1, FILES + 2))  # and one epoch without input
+    assert [m[3] for m in marks] == [*late, 0]
+    dead = read_dead_letters(repo, "main").to_pandas()
+    assert set(dead["reason"]) == {"late"} and len(dead) == sum(late)
+    # the buffered rows shrink once the watermark passes what can still match
+    assert _buffered(repo) == buffered
+    assert buffered[-1] < max(buffered) / 2
+    if how == "left":
+        assert got["right_ts"].isna().sum() > 10  # unmatched left rows were emitted
+
+
+def test_parallelism_1_and_live_rescales_give_the_same_output(
+    spark: Any, inputs: str, runs: dict[str, Repository], tmp_path: Path
+) -> None:
+    single = _run(spark, join_job(inputs, "left"), tmp_path, "single", p=1)
+    assert _ipc(_output(single)) == _ipc(_output(runs["left"]))
+    repo = Repository.open(f"file://{tmp_path}/store", "rescaled")
+    runner = EpochRunner(spark, join_job(inputs, "left"), repo=repo, parallelism=2)
+    version = None
+    for p in (2, 3, 1, 2, 3):
+        version = repo.write_control("main", {"parallelism": p}, version)
+        result = runner.run_epoch()
+        assert result is not None and result.parallelism == p
+    runner.run()  # the epoch without input
+    assert _ipc(_output(repo)) == _ipc(_output(runs["left"]))
+    assert _watermarks(repo) == _watermarks(runs["left"])
+    assert _buffered(repo) == _buffered(runs["left"])
+
+
+def test_join_declarations_the_engine_cannot_run_are_refused(tmp_path: Path) -> None:
+    side = sources.ParquetDirectory(str(tmp_path))
+    base: dict[str, Any] = {"left": side, "right": side, "on": "ad", "left_time": "ts",
+                            "right_time": "ts", "lower_ms": 0, "upper_ms": 10}  # fmt: skip
+    with pytest.raises(EventTimeError, match=r"matches nothing: give lower_ms \+ upper_ms >= 0"):
+        IntervalJoin(**{**base, "lower_ms": -20})
+    with pytest.raises(EventTimeError, match="how must be one of"):
+        IntervalJoin(**base, how="outer")
+    with pytest.raises(EventTimeError, match="neither may start with the other"):
+        IntervalJoin(**base, prefixes=("l_", "l_r_"))
+    join = IntervalJoin(**base)
+    with pytest.raises(JobError, match=r"key \['user'\] must be the join's on=\['ad'\]"):
+        Job(name="j", source=join, key="user")
+    with pytest.raises(JobError, match="give neither aggregate, process nor window"):
+        Job(name="j", source=join, key="ad", aggregate=[agg.count()])
+    with pytest.raises(JobError, match="leave event_time out"):
+        Job(name="j", source=join, key="ad", event_time=EventTime("ts", 0))
+    assert Job(name="j", source=join, key="ad").event_time == join.event_time
