@@ -8,11 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
-from runners.engine import EpochRunner, Job
+from runners.engine import EpochRunner, Job, read_output
 from runners.engine.branch_source import BranchOutputSource
-from runners.engine.eventtime import EventTime
+from runners.engine.eventtime import EventTime, IntervalJoin
 from runners.engine.eventtime.watermark import NO_WATERMARK, bounded
 from runners.engine.fan_in import FanInSource
 from runners.engine.sources import ParquetDirectory
@@ -105,3 +106,42 @@ def test_a_fan_in_is_held_by_its_slowest_upstream_and_names_it(spark: Any, upstr
         "inputs/fast": {"watermark": _max_ts(files) - 5_000, "epoch": files},
         "inputs/slow": {"watermark": _max_ts(files) - 8_000, "epoch": files},
     }
+
+
+def test_an_interval_join_of_two_upstream_branches_is_held_by_the_slower(
+    spark: Any, upstreams: str
+) -> None:
+    """The join's sides are the two upstream branches: its watermark is bounded by both, so
+    the slow upstream (delay 8 s) holds it, and the rows it calls late are those below that
+    bound; the pairs equal a pandas join of the rows that were not late."""
+    join = IntervalJoin(
+        left=BranchOutputSource(upstreams, "fast", "main", max_epochs_per_epoch=1),
+        right=BranchOutputSource(upstreams, "slow", "main", max_epochs_per_epoch=1),
+        on="key", left_time="ts", right_time="ts", lower_ms=500, upper_ms=500,
+        delay_ms=OWN_DELAY,
+    )  # fmt: skip
+    down = Repository.open(upstreams, "down-join")
+    EpochRunner(spark, Job(name="pairs", source=join, key="key"), repo=down).run()
+    docs = _docs(down)
+    frames = event_frames(LAYOUT)
+    kept = []
+    for epoch, doc in enumerate(docs[: LAYOUT.files], start=1):
+        assert doc["held_by"] == "join/right"
+        assert doc["watermark"] == _max_ts(epoch) - 8_000
+        assert sorted(doc["upstreams"]) == ["join/left", "join/right"]
+        bound = None if epoch == 1 else _max_ts(epoch - 1) - 8_000
+        frame = frames[epoch - 1]
+        kept.append(frame if bound is None else frame[frame["ts"] >= bound])
+    rows = pd.concat(kept)
+    pairs = rows.merge(rows, on="key", suffixes=("_l", "_r"))
+    pairs = pairs[(pairs["ts_l"] - 500 <= pairs["ts_r"]) & (pairs["ts_r"] <= pairs["ts_l"] + 500)]
+    expected = sorted(
+        zip(pairs["key"], pairs["ts_l"], pairs["value_l"], pairs["ts_r"], pairs["value_r"],
+            strict=True)
+    )  # fmt: skip
+    out = read_output(down, "main").to_pandas()
+    got = sorted(
+        zip(out["key"], out["left_ts"], out["left_value"], out["right_ts"], out["right_value"],
+            strict=True)
+    )  # fmt: skip
+    assert got == expected and len(expected) > 200

@@ -247,11 +247,14 @@ class IntervalJoin:
         return {"kind": JOIN, "inputs": inputs}
 
     def upstream_watermarks(self, splits: Sequence[Split]) -> dict[str, dict[str, Any]]:
+        """Per upstream a side read, named as its web edge: ``<join>/<side>`` (a side that
+        is a fan-in: ``<join>/<side>/<its upstream>``)."""
         found: dict[str, dict[str, Any]] = {}
         for side, source, mine in self._per_side(splits):
             if isinstance(source, PropagatesWatermarks):
                 for name, doc in source.upstream_watermarks(mine).items():
-                    found[f"{side}/{name}"] = doc
+                    own = name == source.name  # a branch output: the side is the edge
+                    found[f"{self.name}/{side}" + ("" if own else f"/{name}")] = doc
         return found
 
 
