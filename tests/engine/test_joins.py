@@ -6,6 +6,8 @@ live rescales; declarations the engine cannot run are refused naming the fix."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +31,18 @@ T0 = 1_700_000_000_000
 COLUMNS = ["ad", "left_ts", "left_value", "right_ts", "right_value"]
 
 
-def side_frames(seed: int, rows: int, shift_ms: int) -> list[pd.DataFrame]:
+def side_frames(
+    seed: int, rows: int, shift_ms: int, late_share: float = 0.05
+) -> list[pd.DataFrame]:
     """One frame per epoch: ``ad``, ``ts`` (ms, ~10 s per file, out of order by up to 4 s,
-    shifted by up to `shift_ms`), ``value``; 5 % of the rows 15 to 30 s old (late once the
-    watermark passed them)."""
+    shifted by up to `shift_ms`), ``value``; `late_share` of the rows 15 to 30 s old (late
+    once the watermark passed them)."""
     rng = np.random.default_rng(seed)
     frames = []
     for i in range(FILES):
         ts = i * 10_000 + rng.integers(0, 10_000, rows) - rng.integers(0, 4_000, rows)
         ts += rng.integers(0, shift_ms + 1, rows)
-        late = rng.random(rows) < 0.05
+        late = rng.random(rows) < late_share
         ts[late] -= rng.integers(15_000, 30_000, int(late.sum()))
         frames.append(pd.DataFrame({
             "ad": [f"ad{k:02d}" for k in rng.integers(0, KEYS, rows)],
@@ -49,18 +53,23 @@ def side_frames(seed: int, rows: int, shift_ms: int) -> list[pd.DataFrame]:
 
 
 LEFT = side_frames(5, 60, 0)
-RIGHT = side_frames(6, 80, 5_000)
-# the right side's value is a float: each side keeps its own type under its prefix
-for _frame in RIGHT:
-    _frame["value"] = _frame["value"] / 10
+
+
+def right_frames(seed: int, late_share: float = 0.05) -> list[pd.DataFrame]:
+    """The right side: 80 rows per file, up to 5 s later; its value is a float (each side
+    keeps its own type under its prefix)."""
+    return [f.assign(value=f["value"] / 10) for f in side_frames(seed, 80, 5_000, late_share)]
+
+
+RIGHT = right_frames(6)
 
 
 def reference(how: str) -> tuple[pd.DataFrame, list[int], list[int]]:
     """(joined rows with `_epoch`, late rows per epoch, buffered rows after each epoch) by
     the join's rules, computed with pandas over the whole input: epoch e reads file e - 1 of
     both sides and applies the watermark after epoch e - 1 (the minimum over both sides of
-    their largest event time, minus the delay); a row below it is late; a left row leaves the
-    state once ``ts + upper < W``, a right row once ``ts + lower < W``; a left row that
+    their largest event time, minus the delay); a row at or below it is late; a left row
+    leaves the state once ``ts + upper <= W``, a right row once ``ts + lower <= W``; one that
     matched nothing is emitted then, null-padded; one epoch without input follows the last
     file to expire what the last watermark passed."""
     applied, after, highs = [], None, {}
@@ -71,7 +80,7 @@ def reference(how: str) -> tuple[pd.DataFrame, list[int], list[int]]:
         n = 0
         for side, frames in (("left", LEFT), ("right", RIGHT)):
             frame = frames[e - 1]
-            ok = frame if after is None else frame[frame["ts"] >= after]
+            ok = frame if after is None else frame[frame["ts"] > after]
             n += len(frame) - len(ok)
             kept[side].append(ok.assign(_in=e))
             highs[side] = max(highs.get(side, ok["ts"].max()), ok["ts"].max())
@@ -101,7 +110,7 @@ def reference(how: str) -> tuple[pd.DataFrame, list[int], list[int]]:
         alone = [r for r in left.itertuples() if (r.ad, r.ts, r.value) not in matched]
         padded = [
             {"ad": r.ad, "left_ts": r.ts, "left_value": r.value, "right_ts": np.nan,
-             "right_value": np.nan, "_epoch": expiry_epoch(r.ts + UPPER + 1, r._4)}
+             "right_value": np.nan, "_epoch": expiry_epoch(r.ts + UPPER, r._4)}
             for r in alone
         ]  # fmt: skip
         rows = pd.DataFrame([p for p in padded if p["_epoch"] is not None])
@@ -112,7 +121,7 @@ def reference(how: str) -> tuple[pd.DataFrame, list[int], list[int]]:
         alive = 0
         for frame, bound in ((left, UPPER), (right, LOWER)):
             arrived = frame[frame["_in"] <= e]
-            alive += int(((arrived["ts"] + bound + 1) > (mark if mark is not None else -1)).sum())
+            alive += int(((arrived["ts"] + bound) > (mark if mark is not None else -1)).sum())
         buffered.append(alive)
     return _sorted(out), late, buffered
 
@@ -122,24 +131,27 @@ def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.sort_values(["_epoch", *COLUMNS], na_position="first").reset_index(drop=True)
 
 
-def join_job(root: str, how: str) -> Job:
+def join_job(root: str, how: str, delay_ms: int = DELAY) -> Job:
     def side(name: str) -> sources.ParquetDirectory:
         return sources.ParquetDirectory(f"{root}/{name}", max_files_per_epoch=1)
 
     join = IntervalJoin(left=side("impressions"), right=side("clicks"), on="ad",
                         left_time="ts", right_time="ts", lower_ms=LOWER, upper_ms=UPPER,
-                        how=how, delay_ms=DELAY)  # fmt: skip
+                        how=how, delay_ms=delay_ms)  # fmt: skip
     return Job(name=f"join-{how}", source=join, key="ad", time_mode="logical")
 
 
-@pytest.fixture(scope="module")
-def inputs(tmp_path_factory: pytest.TempPathFactory) -> str:
-    root = tmp_path_factory.mktemp("join")
-    for name, frames in (("impressions", LEFT), ("clicks", RIGHT)):
+def _write(root: Path, left: list[pd.DataFrame], right: list[pd.DataFrame]) -> str:
+    for name, frames in (("impressions", left), ("clicks", right)):
         for i, frame in enumerate(frames):
             table = pa.Table.from_pandas(frame, preserve_index=False)
             sources.write_parquet_file(str(root / name), f"part-{i:05d}", table)
     return str(root)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return _write(tmp_path_factory.mktemp("join"), LEFT, RIGHT)
 
 
 def _run(spark: Any, job: Job, root: Path, name: str, p: int) -> Repository:
@@ -224,3 +236,76 @@ def test_join_declarations_the_engine_cannot_run_are_refused(tmp_path: Path) -> 
     with pytest.raises(JobError, match="leave event_time out"):
         Job(name="j", source=join, key="ad", event_time=EventTime("ts", 0))
     assert Job(name="j", source=join, key="ad").event_time == join.event_time
+
+
+def _spark_join(spark: Any, root: Path, left: list[pd.DataFrame], right: list[pd.DataFrame],
+                delay_ms: int) -> pd.DataFrame:  # fmt: skip
+    """Spark's own left outer stream-stream join (withWatermark on both sides, the same time
+    range) over the same files, one file of each side per micro-batch (each followed by the
+    no-data batch a moved watermark asks for)."""
+    from pyspark.sql import functions as F
+
+    def side(name: str, prefix: str) -> Any:
+        (root / name).mkdir(parents=True, exist_ok=True)
+        value = "long" if prefix == "l" else "double"
+        return (
+            spark.readStream.schema(f"ad string, ts long, value {value}")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(root / name))
+            .select(F.col("ad").alias(f"{prefix}_ad"), F.col("ts").alias(f"{prefix}_ts"),
+                    F.col("value").alias(f"{prefix}_value"),
+                    F.timestamp_millis("ts").alias(f"{prefix}_t"))
+            .withWatermark(f"{prefix}_t", f"{delay_ms} milliseconds")
+        )  # fmt: skip
+
+    condition = F.expr(
+        f"l_ad = r_ad AND r_t >= l_t - interval {LOWER} milliseconds "
+        f"AND r_t <= l_t + interval {UPPER} milliseconds"
+    )
+    joined = side("impressions", "l").join(side("clicks", "r"), condition, "leftOuter").select(
+        F.col("l_ad").alias("ad"), F.col("l_ts").alias("left_ts"),
+        F.col("l_value").alias("left_value"), F.col("r_ts").alias("right_ts"),
+        F.col("r_value").alias("right_value"),
+    )  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    query = (
+        joined.writeStream.outputMode("append")
+        .foreachBatch(lambda df, _: rows.extend(r.asDict() for r in df.collect()))
+        .option("checkpointLocation", str(root / "checkpoint"))
+        .start()
+    )
+    try:
+        for i in range(FILES):
+            for name, frames in (("impressions", left), ("clicks", right)):
+                frames[i].to_parquet(root / name / f".part-{i}", index=False)
+                os.rename(root / name / f".part-{i}", root / name / f"part-{i:05d}.parquet")
+            query.processAllAvailable()
+            deadline = time.monotonic() + 5  # the no-data batch of the moved watermark
+            while time.monotonic() < deadline:
+                progress = query.recentProgress
+                if progress and progress[-1]["numInputRows"] == 0:
+                    break
+                time.sleep(0.05)
+    finally:
+        query.stop()
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def test_the_left_join_equals_spark_stream_stream_join(spark: Any, tmp_path: Path) -> None:
+    """Without late rows (a delay larger than the disorder) the pairs and the null-padded
+    rows equal Spark's left outer join over the same micro-batches."""
+    left = side_frames(7, 60, 0, late_share=0.0)
+    right = right_frames(8, late_share=0.0)
+    delay = 15_000
+    ours = _run(spark, join_job(_write(tmp_path / "in", left, right), "left", delay),
+                tmp_path, "vs-spark", p=2)  # fmt: skip
+    assert read_dead_letters(ours, "main").num_rows == 0
+    theirs = _spark_join(spark, tmp_path / "spark", left, right, delay)
+    frames = (_output(ours).drop(columns="_epoch"), theirs.astype({"right_ts": "float64"}))
+    mine, theirs = (f.sort_values(COLUMNS, na_position="first").reset_index(drop=True)
+                    for f in frames)  # fmt: skip
+    pd.testing.assert_frame_equal(mine, theirs, check_dtype=False)
+    assert mine["right_ts"].isna().sum() > 10 and mine["right_ts"].notna().sum() > 100

@@ -131,7 +131,7 @@ def test_an_interval_join_of_two_upstream_branches_is_held_by_the_slower(
         assert sorted(doc["upstreams"]) == ["join/left", "join/right"]
         bound = None if epoch == 1 else _max_ts(epoch - 1) - 8_000
         frame = frames[epoch - 1]
-        kept.append(frame if bound is None else frame[frame["ts"] >= bound])
+        kept.append(frame if bound is None else frame[frame["ts"] > bound])
     rows = pd.concat(kept)
     pairs = rows.merge(rows, on="key", suffixes=("_l", "_r"))
     pairs = pairs[(pairs["ts_l"] - 500 <= pairs["ts_r"]) & (pairs["ts_r"] <= pairs["ts_l"] + 500)]

@@ -15,10 +15,11 @@ watermark guarantees no match can come (Spark's left outer stream-stream join).
 **The watermark** is the minimum over both inputs' partitions (each side's partitions are
 watermark partitions of their own, ``left/…`` and ``right/…``: Spark's default global
 watermark policy "min"), minus `delay_ms`. An epoch applying watermark ``W`` drops a row
-with event time below ``W`` as late (a dead letter ``late``): every row still to come has
-``ts >= W``. So a buffered left row can match no future right row once
-``l.ts + upper_ms < W``, a right row no future left row once ``r.ts + lower_ms < W``: they
-leave the state then, and an unmatched left row of a left join is emitted null-padded.
+with event time at or below ``W`` as late (a dead letter ``late``; Spark drops a join's
+input rows at or below the watermark the same way): every row still to come has
+``ts > W``. So a buffered left row can match no future right row once
+``l.ts + upper_ms <= W``, a right row no future left row once ``r.ts + lower_ms <= W``:
+they leave the state then, and an unmatched left row of a left join is emitted then.
 
 **State.** Each side's buffered rows live in their key group's chunk, several rows per key:
 the key column(s), ``_side`` (0 left, 1 right), ``_ts`` (the row's event time in ms),
@@ -293,8 +294,8 @@ def check(job: Job) -> None:
 
 
 def late(job: Job, ts: np.ndarray, watermark_ms: int) -> np.ndarray | None:
-    """Which rows of a join are late (below the watermark); None for another job."""
-    return ts < watermark_ms if is_join(job) else None
+    """Which rows of a join are late (at or below the watermark); None for another job."""
+    return ts <= watermark_ms if is_join(job) else None
 
 
 # -- matching, per key group -------------------------------------------------------------
@@ -374,7 +375,7 @@ def _join_key_group(
     li, ri = li[order], ri[order]
     matched = np.asarray(rows.column(MATCHED).to_numpy(zero_copy_only=False), bool).copy()
     matched[li] = True
-    expires = np.where(is_left, ts + join.upper_ms, ts + join.lower_ms) + 1
+    expires = np.where(is_left, ts + join.upper_ms, ts + join.lower_ms)
     expired = expires <= watermark_ms
     if not (fresh.any() or expired.any()):
         return None
