@@ -6,8 +6,6 @@ live rescales; declarations the engine cannot run are refused naming the fix."""
 
 from __future__ import annotations
 
-import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from runners.engine import aggregations as agg
 from runners.engine.eventtime import EventTime, EventTimeError, IntervalJoin
 from runners.engine.state.restore import load_key_groups
 from snapshots_store import Repository
+from tests.engine.spark_streams import micro_batches
 from tests.engine.test_windows import _chain, _ipc, _watermarks
 
 pytestmark = pytest.mark.spark
@@ -267,30 +266,9 @@ def _spark_join(spark: Any, root: Path, left: list[pd.DataFrame], right: list[pd
         F.col("l_value").alias("left_value"), F.col("r_ts").alias("right_ts"),
         F.col("r_value").alias("right_value"),
     )  # fmt: skip
-    rows: list[dict[str, Any]] = []
-    previous = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "2")
-    query = (
-        joined.writeStream.outputMode("append")
-        .foreachBatch(lambda df, _: rows.extend(r.asDict() for r in df.collect()))
-        .option("checkpointLocation", str(root / "checkpoint"))
-        .start()
-    )
-    try:
-        for i in range(FILES):
-            for name, frames in (("impressions", left), ("clicks", right)):
-                frames[i].to_parquet(root / name / f".part-{i}", index=False)
-                os.rename(root / name / f".part-{i}", root / name / f"part-{i:05d}.parquet")
-            query.processAllAvailable()
-            deadline = time.monotonic() + 5  # the no-data batch of the moved watermark
-            while time.monotonic() < deadline:
-                progress = query.recentProgress
-                if progress and progress[-1]["numInputRows"] == 0:
-                    break
-                time.sleep(0.05)
-    finally:
-        query.stop()
-        spark.conf.set("spark.sql.shuffle.partitions", previous)
+    dirs = (root / "impressions", root / "clicks")
+    batches = [{dirs[0]: left[i], dirs[1]: right[i]} for i in range(FILES)]
+    rows = micro_batches(spark, joined, root / "checkpoint", batches)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
