@@ -2,7 +2,8 @@
 within a time bound, against an independent pandas reference over out-of-order input with
 late rows — the rows, their epochs, the late counts and the buffered state after every epoch
 (cleaned once the watermark passes what can still match) — at parallelism 1 and 2, across
-live rescales and a fork; against Spark's own stream-stream join; declarations the engine cannot run are refused naming the fix."""
+live rescales and a fork; against Spark's own stream-stream join; declarations the engine
+cannot run are refused naming the fix."""
 
 from __future__ import annotations
 
