@@ -192,6 +192,10 @@ def test_the_join_equals_the_pandas_reference_and_cleans_its_state(
     marks = _watermarks(repo)
     assert [m[0] for m in marks] == list(range(1, FILES + 2))  # and one epoch without input
     assert [m[3] for m in marks] == [*late, 0]
+    # both sides' backlog: the files not read yet (one of each side per epoch), their rows
+    chain = _chain(repo)
+    assert [m.stats["backlog_epochs"] for m in chain] == [*range(FILES - 1, -1, -1), 0]
+    assert chain[0].stats["backlog_records"] == sum(len(f) for f in LEFT[1:] + RIGHT[1:])
     dead = read_dead_letters(repo, "main").to_pandas()
     assert set(dead["reason"]) == {"late"} and len(dead) == sum(late)
     # the buffered rows shrink once the watermark passes what can still match

@@ -54,6 +54,8 @@ from runners.engine.sources import (
     PreparesEpochs,
     PropagatesWatermarks,
     RecordsLineage,
+    ReportsBacklog,
+    ReportsBacklogRecords,
     Source,
     Split,
     SplitData,
@@ -246,6 +248,25 @@ class IntervalJoin:
             if isinstance(source, RecordsLineage)
         }
         return {"kind": JOIN, "inputs": inputs}
+
+    def backlog(self, offsets: Mapping[str, int]) -> int | None:
+        """Epochs of input waiting: the larger side's (both are read in every epoch); None
+        when a side cannot tell."""
+        waiting = [
+            source.backlog(_offsets(offsets, side)) if isinstance(source, ReportsBacklog) else None
+            for side, source in self._sides()
+        ]
+        return None if None in waiting else max(w for w in waiting if w is not None)
+
+    def backlog_records(self, offsets: Mapping[str, int]) -> int | None:
+        """Records waiting on both sides; None when a side cannot tell."""
+        waiting = [
+            source.backlog_records(_offsets(offsets, side))
+            if isinstance(source, ReportsBacklogRecords)
+            else None
+            for side, source in self._sides()
+        ]
+        return None if None in waiting else sum(w for w in waiting if w is not None)
 
     def upstream_watermarks(self, splits: Sequence[Split]) -> dict[str, dict[str, Any]]:
         """Per upstream a side read, named as its web edge: ``<join>/<side>`` (a side that
