@@ -92,6 +92,12 @@ class Job:
             raise JobError(str(exc)) from None
 
     @property
+    def closes_by_watermark(self) -> bool:
+        """Whether its state has parts the watermark closes (windows, buffered join rows):
+        the snapshot then records per key group when the earliest one is due."""
+        return self.window is not None or is_join(self)
+
+    @property
     def key_columns(self) -> tuple[str, ...]:
         return (self.key,) if isinstance(self.key, str) else tuple(self.key)
 

@@ -636,7 +636,7 @@ def _reduce(
     restore = Restore()
     closed = None
     with ChunkWriter(plan.repo(), compaction_ratio=plan.compaction_ratio, cache=True) as writer:
-        if job.window is not None or joins.is_join(job):  # also key groups without input
+        if job.closes_by_watermark:  # windows close also in key groups without input
             closed, restore = _reduce_windows(plan, task, merged, writer)
             out_tables = closed.outputs
         elif merged is not None and job.aggregate is not None:

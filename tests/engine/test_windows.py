@@ -5,6 +5,8 @@ SIGKILL mid-epoch, and against Spark Structured Streaming's own windowed aggrega
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,6 @@ from runners.engine.eventtime.watermark import Watermark, advance
 from runners.engine.state_ops import new_branch_commit
 from snapshots_store import Repository
 from tests.engine.crash_harness import run_job
-from tests.engine.spark_streams import micro_batches
 from tests.engine.windows_data import (
     DELAY_MS,
     Layout,
@@ -256,28 +257,52 @@ def _spark_windows(
 
     inp = root / "spark-in"
     inp.mkdir()
-    stream = (
-        spark.readStream.schema("key string, value long, ts long")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(inp))
-        .withColumn("t", F.timestamp_millis("ts"))
-        .withWatermark("t", f"{DELAY_MS // 1000} seconds")
-        .groupBy(F.window("t", f"{SIZE // 1000} seconds", f"{slide_s} seconds"), "key")
-        .agg(
-            F.count("*").alias("count"),
-            F.sum("value").alias("sum_value"),
-            F.max("value").alias("max_value"),
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    rows: list[dict[str, Any]] = []
+    try:
+        stream = (
+            spark.readStream.schema("key string, value long, ts long")
+            .option("maxFilesPerTrigger", 1)
+            .parquet(str(inp))
+            .withColumn("t", F.timestamp_millis("ts"))
+            .withWatermark("t", f"{DELAY_MS // 1000} seconds")
+            .groupBy(F.window("t", f"{SIZE // 1000} seconds", f"{slide_s} seconds"), "key")
+            .agg(
+                F.count("*").alias("count"),
+                F.sum("value").alias("sum_value"),
+                F.max("value").alias("max_value"),
+            )
+            .select(
+                "key",
+                F.unix_millis("window.start").alias("window_start"),
+                F.unix_millis("window.end").alias("window_end"),
+                "count",
+                "sum_value",
+                "max_value",
+            )
         )
-        .select(
-            "key",
-            F.unix_millis("window.start").alias("window_start"),
-            F.unix_millis("window.end").alias("window_end"),
-            "count",
-            "sum_value",
-            "max_value",
+        query = (
+            stream.writeStream.outputMode("append")
+            .foreachBatch(lambda df, _: rows.extend(r.asDict() for r in df.collect()))
+            .option("checkpointLocation", str(root / "checkpoint"))
+            .start()
         )
-    )
-    rows = micro_batches(spark, stream, root / "checkpoint", [{inp: f} for f in frames])
+        try:
+            for i, frame in enumerate(frames):
+                frame.to_parquet(inp / f".part-{i}", index=False)
+                os.rename(inp / f".part-{i}", inp / f"part-{i:05d}.parquet")
+                query.processAllAvailable()
+                deadline = time.monotonic() + 5  # the no-data batch of the moved watermark
+                while time.monotonic() < deadline:
+                    progress = query.recentProgress
+                    if progress and progress[-1]["numInputRows"] == 0:
+                        break
+                    time.sleep(0.05)
+        finally:
+            query.stop()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
     return pd.DataFrame(rows).sort_values(["key", "window_start"]).reset_index(drop=True)
 
 

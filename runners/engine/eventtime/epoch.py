@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from runners.engine.eventtime import joins
 from runners.engine.eventtime.watermark import (
     EXTRA,
     NO_WATERMARK,
@@ -56,12 +55,6 @@ class EpochEventTime:
     due: tuple[int, ...] = ()
 
 
-def _visits_due(job: Job) -> bool:
-    """Whether the job's key groups record when the watermark next changes them (windows
-    to close, joined rows to expire)."""
-    return job.window is not None or joins.is_join(job)
-
-
 def plan_epoch(job: Job, parent: Any) -> EpochEventTime:
     """The parent's watermark and the key groups with a window ending at or before it. After a
     migration (rehash: another M, transform: other windows) every key group with state is
@@ -69,7 +62,7 @@ def plan_epoch(job: Job, parent: Any) -> EpochEventTime:
     if job.event_time is None:
         return EpochEventTime()
     previous = of_manifest(parent)
-    if not _visits_due(job) or parent is None or previous.value == NO_WATERMARK:
+    if not job.closes_by_watermark or parent is None or previous.value == NO_WATERMARK:
         return EpochEventTime(previous.value)
     if parent.kind == "migration" or previous.max_parallelism != parent.max_parallelism:
         due = sorted(int(kg) for kg in parent.key_groups)
@@ -127,7 +120,7 @@ def after_epoch(
         applied=planned.watermark_ms,
         partitions=partitions,
         late=total.late,
-        due=due if _visits_due(job) else {},
+        due=due if job.closes_by_watermark else {},
         max_parallelism=max_parallelism,
         upstreams=upstreams,
         own=own,

@@ -314,11 +314,6 @@ def check(job: Job) -> None:
         )
 
 
-def late(job: Job, ts: np.ndarray, watermark_ms: int) -> np.ndarray | None:
-    """Which rows of a join are late (at or below the watermark); None for another job."""
-    return ts <= watermark_ms if is_join(job) else None
-
-
 # -- matching, per key group -------------------------------------------------------------
 
 
