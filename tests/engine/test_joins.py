@@ -236,6 +236,22 @@ def test_a_fork_carries_the_buffered_rows_and_replays_the_same_output(
     assert _watermarks(repo, "fork") == _watermarks(repo)
 
 
+def test_a_side_without_rows_holds_the_watermark(spark: Any, tmp_path: Path) -> None:
+    """Spark's policy "min" counts an input without data at the lowest watermark: until the
+    right side brings rows, nothing is late and no left row is given up unmatched."""
+    root = tmp_path / "in"
+    _write(root, LEFT[:3], [])
+    repo = Repository.open(f"file://{tmp_path}/store", "held")
+    runner = EpochRunner(spark, join_job(str(root), "left"), repo=repo, parallelism=2)
+    assert runner.run_epoch() and runner.run_epoch() and runner.run_epoch()
+    assert [w[2] for w in _watermarks(repo)] == [None, None, None]
+    assert read_output(repo, "main").num_rows == 0
+    _write(root, [], RIGHT[:1])
+    runner.run_epoch()  # the right side's first rows: now both sides bound it
+    highs = [max(f["ts"].max() for f in LEFT[:3]), RIGHT[0]["ts"].max()]
+    assert _watermarks(repo)[-1][2] == min(highs) - DELAY
+
+
 def test_join_declarations_the_engine_cannot_run_are_refused(tmp_path: Path) -> None:
     side = sources.ParquetDirectory(str(tmp_path))
     base: dict[str, Any] = {"left": side, "right": side, "on": "ad", "left_time": "ts",

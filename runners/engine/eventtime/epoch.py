@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from runners.engine.eventtime import joins
 from runners.engine.eventtime.watermark import (
     EXTRA,
     NO_WATERMARK,
@@ -102,6 +103,8 @@ def after_epoch(
         total.add(report)
     previous = of_manifest(parent)
     own, partitions = advance(job.event_time, previous, total.maxima, now_ms)
+    if joins.waits_for_a_side(job, partitions):
+        own = previous.value if previous.own is None else previous.own
     read = (
         job.source.upstream_watermarks(splits)
         if isinstance(job.source, PropagatesWatermarks)

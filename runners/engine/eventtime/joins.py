@@ -14,9 +14,10 @@ watermark guarantees no match can come (Spark's left outer stream-stream join).
 
 **The watermark** is the minimum over both inputs' partitions (each side's partitions are
 watermark partitions of their own, ``left/…`` and ``right/…``: Spark's default global
-watermark policy "min"), minus `delay_ms`. An epoch applying watermark ``W`` drops a row
-with event time at or below ``W`` as late (a dead letter ``late``; Spark drops a join's
-input rows at or below the watermark the same way): every row still to come has
+watermark policy "min"), minus `delay_ms`; a side that has brought no row yet holds it
+where it is (Spark counts it at the lowest watermark). An epoch applying watermark ``W``
+drops a row with event time at or below ``W`` as late (a dead letter ``late``; Spark drops
+a join's input rows at or below the watermark the same way): every row still to come has
 ``ts > W``. So a buffered left row can match no future right row once
 ``l.ts + upper_ms <= W``, a right row no future left row once ``r.ts + lower_ms <= W``:
 they leave the state then, and an unmatched left row of a left join is emitted then.
@@ -312,6 +313,14 @@ def check(job: Job) -> None:
             f"job {job.name!r}: event_time {job.event_time} is not the join's "
             f"{join.event_time}: leave event_time out (the join sets it from delay_ms)"
         )
+
+
+def waits_for_a_side(job: Job, partitions: Mapping[str, Any]) -> bool:
+    """Whether a join's watermark is held because a side has brought no row yet (Spark
+    counts an input without data at the lowest watermark: the policy "min" then holds)."""
+    if not is_join(job):
+        return False
+    return not all(any(p.startswith(f"{side}/") for p in partitions) for side in SIDES)
 
 
 # -- matching, per key group -------------------------------------------------------------
