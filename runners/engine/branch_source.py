@@ -33,6 +33,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from runners.engine.eventtime.watermark import EXTRA as EVENT_TIME_EXTRA
 from runners.engine.output import EPOCH, _manifest_tables
 from runners.engine.repos import repository
 from runners.engine.sources import Split, SplitData
@@ -252,6 +253,18 @@ class BranchOutputSource:
             return dict(committed)
         last = splits[-1]
         return {EPOCH_PARTITION: last.end, SNAPSHOT_PARTITION: fingerprint(last.locator)}
+
+    def upstream_watermarks(self, splits: Sequence[Split]) -> dict[str, dict[str, Any]]:
+        """The watermark the newest upstream epoch read recorded (`PropagatesWatermarks`):
+        ``{name: {"watermark", "epoch"}}``, empty when nothing was read or the upstream has
+        no event time."""
+        if not splits:
+            return {}
+        newest = self.repo().read_manifest(splits[-1].locator)
+        doc = newest.extra.get(EVENT_TIME_EXTRA)
+        if not isinstance(doc, Mapping):
+            return {}
+        return {self.name: {"watermark": doc.get("watermark"), "epoch": newest.epoch}}
 
     def lineage(self, committed: Mapping[str, int], splits: Sequence[Split]) -> dict[str, Any]:
         """What the downstream manifest records of this epoch's input (``extra.inputs``)."""

@@ -40,6 +40,7 @@ from runners.engine.branch_source import (
     UpstreamRewoundError,
     upstream_epochs,
 )
+from runners.engine.eventtime.joins import JOIN  # an interval join's sides as upstreams
 from runners.engine.sources import Split, SplitData
 
 FAN_IN = "fan_in"
@@ -155,6 +156,15 @@ class FanInSource:
             result.update({f"{name}/{k}": v for k, v in sub.items()})
         return result
 
+    def upstream_watermarks(self, splits: Sequence[Split]) -> dict[str, dict[str, Any]]:
+        """Per upstream read (edge name ``<fan-in>/<upstream>``), the watermark its newest
+        epoch read recorded (`PropagatesWatermarks`)."""
+        found: dict[str, dict[str, Any]] = {}
+        for name, mine in self._split_by_input(splits):
+            for doc in self._input(name).upstream_watermarks(mine).values():
+                found[f"{self.name}/{name}"] = doc
+        return found
+
     def lineage(self, committed: Mapping[str, int], splits: Sequence[Split]) -> dict[str, Any]:
         return {
             "kind": FAN_IN,
@@ -177,7 +187,7 @@ def flatten_inputs(inputs: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str
     for name, doc in sorted(inputs.items()):
         if not isinstance(doc, Mapping):
             continue
-        if doc.get("kind") == FAN_IN and isinstance(doc.get("inputs"), Mapping):
+        if doc.get("kind") in (FAN_IN, JOIN) and isinstance(doc.get("inputs"), Mapping):
             for sub, inner in sorted(doc["inputs"].items()):
                 if isinstance(inner, Mapping):
                     yield f"{name}/{sub}", {**inner, "marker_ms": doc.get("marker_ms")}

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runners.engine.aggregations import Aggregation
+from runners.engine.eventtime.joins import check as join_check
+from runners.engine.eventtime.joins import is_join
 from runners.engine.eventtime.watermark import EventTime, EventTimeError
 from runners.engine.eventtime.windows import Window
 from runners.engine.eventtime.windows import check as check_window
@@ -64,7 +66,11 @@ class Job:
         sink_names = [s.name for s in self.sinks]
         if len(set(sink_names)) != len(sink_names):
             raise JobError(f"job {self.name!r}: sinks {sink_names} share a name: give each its own")
-        if (self.aggregate is None) == (self.process is None):
+        try:
+            join_check(self)  # an IntervalJoin source: neither, its event time
+        except EventTimeError as exc:
+            raise JobError(str(exc)) from None
+        if not is_join(self) and (self.aggregate is None) == (self.process is None):
             raise JobError(f"job {self.name!r}: give exactly one of aggregate=[…] or process=fn")
         if self.aggregate is not None:
             self.aggregate = list(self.aggregate)
@@ -86,6 +92,12 @@ class Job:
             raise JobError(str(exc)) from None
 
     @property
+    def closes_by_watermark(self) -> bool:
+        """Whether its state has parts the watermark closes (windows, buffered join rows):
+        the snapshot then records per key group when the earliest one is due."""
+        return self.window is not None or is_join(self)
+
+    @property
     def key_columns(self) -> tuple[str, ...]:
         return (self.key,) if isinstance(self.key, str) else tuple(self.key)
 
@@ -101,6 +113,8 @@ class Job:
             doc["event_time"] = self.event_time.describe()
         if self.window is not None:
             doc["window"] = self.window.describe()
+        if is_join(self):
+            doc["join"] = self.source.describe()  # type: ignore[attr-defined]
         raw = json.dumps(doc, sort_keys=True, default=str).encode()
         return hashlib.sha256(raw).hexdigest()
 

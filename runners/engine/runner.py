@@ -390,7 +390,7 @@ class EpochRunner:
         stats = self._stats(planned, executed, offsets[source.name])
         watermark, late = eventtime.after_epoch(  # recorded here, applied by the next epoch
             self.job, parent, plan.event_time, (r.event_time for r in results),
-            plan.processing_time_ms, plan.max_parallelism,
+            plan.processing_time_ms, plan.max_parallelism, planned.splits,
         )  # fmt: skip
         stats.update(late)
         commit_started = time.perf_counter()  # commit_ms: writing the manifest and the CAS

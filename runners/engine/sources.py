@@ -129,6 +129,16 @@ class PartitionsEventTime(Protocol):
 
 
 @runtime_checkable
+class PropagatesWatermarks(Protocol):
+    """Reads the committed output of upstream jobs (a job web): names, per upstream the
+    splits read, the watermark the newest upstream epoch among them recorded
+    (``{"watermark": ms or None, "epoch": n}``; an upstream without event time is left out).
+    An event-time job's watermark never passes its upstreams' (runners/engine/eventtime)."""
+
+    def upstream_watermarks(self, splits: Sequence[Split]) -> dict[str, dict[str, Any]]: ...
+
+
+@runtime_checkable
 class Divisible(Protocol):
     """Cuts a split into up to `parts` contiguous pieces covering it in order (the split
     routing reads them in parallel); without it a split is read whole."""
@@ -145,6 +155,7 @@ CAPABILITIES: tuple[type, ...] = (
     RecordsLineage,
     Divisible,
     PartitionsEventTime,
+    PropagatesWatermarks,
 )
 
 

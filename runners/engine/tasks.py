@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from runners.engine import aggregations as agg
 from runners.engine import eventtime, exchange
 from runners.engine.crash import maybe_crash
+from runners.engine.eventtime import joins
 from runners.engine.eventtime import windows as windowing
 from runners.engine.exchange import MapShare
 from runners.engine.hashing import key_groups, owners
@@ -179,6 +180,14 @@ def _codes(rows: pa.Table, groups: pa.Table, key_columns: Sequence[str]) -> np.n
     lookup = codec.lookup_key
     found = pc.index_in(lookup(rows, key_columns), value_set=lookup(groups, key_columns))
     return np.asarray(found.to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def _concat(tables: Sequence[pa.Table]) -> pa.Table:
+    """Rows of several splits as one table (an interval join's sides have their own
+    columns: missing ones are null)."""
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="permissive")
 
 
 def _with_seq(table: pa.Table, split_index: int, first_row: int = 0) -> pa.Table:
@@ -447,7 +456,7 @@ def reduce_partition(
     tables = [t for t in tables if t.num_rows]
     merged = None
     if tables:
-        merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+        merged = _concat(tables)
         if plan.job.aggregate is not None and not partial:
             merged = _partial(plan.job, merged, plan.event_time.watermark_ms)
         elif plan.job.aggregate is not None and len(tables) > 1:
@@ -599,7 +608,7 @@ def scan_partition(plan: TaskPlan, task: int, splits: Sequence[Split]) -> Iterat
         table = _with_seq(table, index)
         table = table.append_column(KG, pa.array(groups, type=pa.int32())).filter(pa.array(mine))
         tables.append(table)
-    merged = pa.concat_tables(tables) if len(tables) > 1 else tables[0] if tables else None
+    merged = _concat(tables) if tables else None
     if merged is not None and merged.num_rows == 0:
         merged = None
     if merged is not None and job.aggregate is not None:
@@ -627,7 +636,7 @@ def _reduce(
     restore = Restore()
     closed = None
     with ChunkWriter(plan.repo(), compaction_ratio=plan.compaction_ratio, cache=True) as writer:
-        if job.window is not None:  # windows close also in key groups without input
+        if job.closes_by_watermark:  # windows close also in key groups without input
             closed, restore = _reduce_windows(plan, task, merged, writer)
             out_tables = closed.outputs
         elif merged is not None and job.aggregate is not None:
@@ -686,14 +695,17 @@ def _write_outputs(
 
 def _reduce_windows(
     plan: TaskPlan, task: int, merged: pa.Table | None, writer: ChunkWriter
-) -> tuple[windowing.Closed, Restore]:
+) -> tuple[windowing.Closed | joins.Joined, Restore]:
     """Windowed aggregation: merge the partials per key and window, close the windows the
-    watermark passed in this task's key groups (eventtime/windows.py)."""
+    watermark passed in this task's key groups (eventtime/windows.py); or an interval join:
+    match the rows with their key groups' buffered ones, expire what the watermark passed
+    (eventtime/joins.py)."""
     table, slices = _kg_slices(merged) if merged is not None else (None, [])
     mine = key_group_range(task, plan.parallelism, plan.max_parallelism)
     due = [kg for kg in plan.event_time.due if kg in mine]
     groups = sorted({kg for kg, _, _ in slices} | set(due))
     states, restore = _load_states(plan, groups, plan.job.key_columns)
     watermark = plan.event_time.watermark_ms
-    closed = windowing.reduce(plan.job, watermark, table, slices, due, states, writer)
+    reduce = joins.reduce if joins.is_join(plan.job) else windowing.reduce
+    closed = reduce(plan.job, watermark, table, slices, due, states, writer)
     return closed, restore

@@ -21,6 +21,7 @@ from runners.engine.sources import (
     JsonLinesDirectory,
     ParquetDirectory,
     PreparesEpochs,
+    PropagatesWatermarks,
     RecordsLineage,
     ReportsBacklog,
     ReportsBacklogRecords,
@@ -47,6 +48,7 @@ def test_sources_and_sinks_declare_their_optional_capabilities(tmp_path: Path) -
         PreparesEpochs.__name__,
         AdvancesOffsets.__name__,
         RecordsLineage.__name__,
+        PropagatesWatermarks.__name__,
     }
     assert not isinstance(Generator(keys=4, records_per_epoch=8, epochs=1), Divisible)
     sink = KafkaSink("127.0.0.1:9092", "t")

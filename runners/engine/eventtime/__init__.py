@@ -9,6 +9,7 @@ from runners.engine.eventtime.epoch import (
     on_read,
     plan_epoch,
 )
+from runners.engine.eventtime.joins import IntervalJoin
 from runners.engine.eventtime.watermark import EXTRA, NO_WATERMARK, EventTime, EventTimeError
 from runners.engine.eventtime.windows import Window, sliding, tumbling
 
@@ -18,6 +19,7 @@ __all__ = [
     "EpochEventTime",
     "EventTime",
     "EventTimeError",
+    "IntervalJoin",
     "TaskEventTime",
     "Window",
     "after_epoch",

@@ -11,17 +11,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from runners.engine.eventtime import joins
 from runners.engine.eventtime.watermark import (
     EXTRA,
     NO_WATERMARK,
     Watermark,
     advance,
+    bounded,
     logical_partition,
     merge_maxima,
     of_manifest,
 )
 from runners.engine.eventtime.windows import drop_late
-from runners.engine.sources import DeadLetter, Split
+from runners.engine.sources import DeadLetter, PropagatesWatermarks, Split
 
 #: a `runners.engine.job.Job` (not imported: the job module imports this package)
 Job = Any
@@ -61,7 +63,7 @@ def plan_epoch(job: Job, parent: Any) -> EpochEventTime:
     if job.event_time is None:
         return EpochEventTime()
     previous = of_manifest(parent)
-    if job.window is None or parent is None or previous.value == NO_WATERMARK:
+    if not job.closes_by_watermark or parent is None or previous.value == NO_WATERMARK:
         return EpochEventTime(previous.value)
     if parent.kind == "migration" or previous.max_parallelism != parent.max_parallelism:
         due = sorted(int(kg) for kg in parent.key_groups)
@@ -89,15 +91,27 @@ def after_epoch(
     reports: Iterable[TaskEventTime | None],
     now_ms: int,
     max_parallelism: int,
+    splits: Sequence[Split] = (),
 ) -> tuple[dict[str, Any], dict[str, int]]:
-    """(the manifest's ``extra`` entry, its stats) of an epoch of an event-time job."""
+    """(the manifest's ``extra`` entry, its stats) of an epoch of an event-time job. A job
+    reading upstream branches (`PropagatesWatermarks`, the epoch's `splits`) never gets a
+    watermark past theirs."""
     if job.event_time is None:
         return {}, {}
     total = TaskEventTime()
     for report in reports:
         total.add(report)
     previous = of_manifest(parent)
-    value, partitions = advance(job.event_time, previous, total.maxima, now_ms)
+    own, partitions = advance(job.event_time, previous, total.maxima, now_ms)
+    if joins.waits_for_a_side(job, partitions):
+        own = previous.value if previous.own is None else previous.own
+    read = (
+        job.source.upstream_watermarks(splits)
+        if isinstance(job.source, PropagatesWatermarks)
+        else {}
+    )
+    value, upstreams, held_by = bounded(own, previous.upstreams, read)
+    value = max(previous.value, value)  # a newly read upstream never moves it back
     due = dict(previous.due) if previous.max_parallelism == max_parallelism else {}
     for kg, end in total.due.items():
         if end is None:
@@ -109,8 +123,11 @@ def after_epoch(
         applied=planned.watermark_ms,
         partitions=partitions,
         late=total.late,
-        due=due if job.window is not None else {},
+        due=due if job.closes_by_watermark else {},
         max_parallelism=max_parallelism,
+        upstreams=upstreams,
+        own=own,
+        held_by=held_by,
     ).to_doc()
     doc["spec"] = job.event_time.describe()
     if job.window is not None:

@@ -111,16 +111,28 @@ class Watermark:
     due: Mapping[int, int] = field(default_factory=dict)
     #: M the key groups of `due` belong to
     max_parallelism: int = 0
+    #: a job reading upstream branches (a job web): per upstream read, the watermark its
+    #: newest epoch read recorded (``{"watermark": ms or None, "epoch": n}``)
+    upstreams: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: the job's own watermark from its records, before the upstreams' bound it (None: `value`)
+    own: int | None = None
+    #: the upstream whose watermark held `value` below `own` (None: none did)
+    held_by: str | None = None
 
     def to_doc(self) -> dict[str, Any]:
-        return {
-            "watermark": None if self.value == NO_WATERMARK else self.value,
-            "applied": None if self.applied == NO_WATERMARK else self.applied,
+        doc: dict[str, Any] = {
+            "watermark": _ms(self.value),
+            "applied": _ms(self.applied),
             "partitions": {p: list(v) for p, v in sorted(dict(self.partitions).items())},
             "late": self.late,
             "due": {str(kg): end for kg, end in sorted(dict(self.due).items())},
             "max_parallelism": self.max_parallelism,
         }
+        if self.upstreams:  # a job outside a web keeps its document
+            doc["upstreams"] = {u: dict(v) for u, v in sorted(dict(self.upstreams).items())}
+            doc["own"] = _ms(self.value if self.own is None else self.own)
+            doc["held_by"] = self.held_by
+        return doc
 
     @classmethod
     def from_doc(cls, doc: Any) -> Watermark:
@@ -130,7 +142,11 @@ class Watermark:
         def value(v: Any) -> int:
             return NO_WATERMARK if v is None else int(v)
 
+        upstreams = doc.get("upstreams")
         return cls(
+            upstreams=dict(upstreams) if isinstance(upstreams, dict) else {},
+            own=value(doc.get("own")) if "own" in doc else None,
+            held_by=doc.get("held_by"),
             value=value(doc.get("watermark")),
             applied=value(doc.get("applied")),
             partitions={str(p): (int(v[0]), int(v[1])) for p, v in doc["partitions"].items()},
@@ -138,6 +154,10 @@ class Watermark:
             due={int(kg): int(end) for kg, end in doc.get("due", {}).items()},
             max_parallelism=int(doc.get("max_parallelism", 0)),
         )
+
+
+def _ms(value: int) -> int | None:
+    return None if value == NO_WATERMARK else value
 
 
 def of_manifest(manifest: Any) -> Watermark:
@@ -161,6 +181,26 @@ def advance(
         partitions[partition] = (high if old is None else max(old[0], high), now_ms)
     idle = spec.idle_timeout_ms
     active = [m for m, seen in partitions.values() if idle is None or now_ms - seen < idle]
+    own = previous.value if previous.own is None else previous.own
     if not active:  # every partition idle (or none yet): the watermark stays
-        return previous.value, partitions
-    return max(previous.value, min(active) - spec.delay_ms), partitions
+        return own, partitions
+    return max(own, min(active) - spec.delay_ms), partitions
+
+
+def bounded(
+    own: int,
+    previous: Mapping[str, Mapping[str, Any]],
+    read: Mapping[str, Mapping[str, Any]],
+) -> tuple[int, dict[str, Mapping[str, Any]], str | None]:
+    """(watermark, upstreams, the upstream that held it back) of a job reading upstream
+    branches: its own watermark, never past the watermark the newest epoch it read of each
+    upstream recorded (`previous`: the parent's upstreams, updated by those `read` now). An
+    upstream whose epoch has no watermark yet holds it at none."""
+    upstreams = {**previous, **read}
+    value, held_by = own, None
+    for name, doc in sorted(upstreams.items()):
+        mark = doc.get("watermark")
+        bound = NO_WATERMARK if mark is None else int(mark)
+        if bound < value:
+            value, held_by = bound, name
+    return value, upstreams, held_by

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from runners.engine.eventtime import joins
 from runners.engine.eventtime.watermark import LATE, EventTimeError, event_times
 from runners.engine.sources import DeadLetter, Split
 from runners.engine.state import codec
@@ -138,7 +139,8 @@ def drop_late(
 ) -> tuple[pa.Table, list[DeadLetter], np.ndarray]:
     """(records to process, dead letters, event times of the valid records): records without
     an event time are dead letters ``missing event time``; with a window, records whose every
-    window ended at or before the watermark are dead letters ``late``."""
+    window ended at or before the watermark, and in an interval join records at or before
+    it, are dead letters ``late``."""
     assert job.event_time is not None
     column = job.event_time.column
     if column not in table.column_names:
@@ -155,9 +157,13 @@ def drop_late(
         table = table.filter(valid)
         positions = positions[np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)]
     ts = event_times(table.column(column))
-    if job.window is None or not len(ts):
+    if job.window is not None:
+        deadline = latest_end(job.window, ts)
+    elif joins.is_join(job):  # Spark drops a join's input rows at or below the watermark
+        deadline = ts
+    else:
         return table, dead, ts
-    late = latest_end(job.window, ts) <= watermark_ms
+    late = deadline <= watermark_ms
     if late.any():
         dead += _dead(table, pa.array(late), positions, split, LATE)
         table = table.filter(pa.array(~late))
