@@ -253,6 +253,9 @@ class SinkFollower:
         else:  # the destination holds epochs off the chain (a rollback): go back
             chain = chain_epochs(self.repo, head_id)
             by_epoch = {c.epoch: c for c in chain}
+            # the head may be below the destination's epoch (the chain read above stopped
+            # there): look for agreement along the whole chain
+            head_epoch = chain[-1].epoch if chain else 0
             start = 0
             for e in range(min(held.epoch, head_epoch), 0, -1):
                 if sink.snapshot_of(writer, e) == by_epoch[e].snapshot_id:
