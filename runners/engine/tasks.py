@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from runners.engine import aggregations as agg
 from runners.engine import eventtime, exchange
 from runners.engine.crash import maybe_crash
+from runners.engine.eventtime import dedup
 from runners.engine.eventtime import windows as windowing
 from runners.engine.exchange import MapShare
 from runners.engine.hashing import key_groups, owners
@@ -627,7 +628,7 @@ def _reduce(
     restore = Restore()
     closed = None
     with ChunkWriter(plan.repo(), compaction_ratio=plan.compaction_ratio, cache=True) as writer:
-        if job.window is not None:  # windows close also in key groups without input
+        if job.closes_by_watermark:  # windows close also in key groups without input
             closed, restore = _reduce_windows(plan, task, merged, writer)
             out_tables = closed.outputs
         elif merged is not None and job.aggregate is not None:
@@ -688,12 +689,14 @@ def _reduce_windows(
     plan: TaskPlan, task: int, merged: pa.Table | None, writer: ChunkWriter
 ) -> tuple[windowing.Closed, Restore]:
     """Windowed aggregation: merge the partials per key and window, close the windows the
-    watermark passed in this task's key groups (eventtime/windows.py)."""
+    watermark passed in this task's key groups (eventtime/windows.py); or deduplication:
+    drop the keys remembered, forget those the watermark passed (eventtime/dedup.py)."""
     table, slices = _kg_slices(merged) if merged is not None else (None, [])
     mine = key_group_range(task, plan.parallelism, plan.max_parallelism)
     due = [kg for kg in plan.event_time.due if kg in mine]
     groups = sorted({kg for kg, _, _ in slices} | set(due))
     states, restore = _load_states(plan, groups, plan.job.key_columns)
     watermark = plan.event_time.watermark_ms
-    closed = windowing.reduce(plan.job, watermark, table, slices, due, states, writer)
+    reduce = dedup.reduce if plan.job.dedup_within_watermark else windowing.reduce
+    closed = reduce(plan.job, watermark, table, slices, due, states, writer)
     return closed, restore

@@ -10,7 +10,7 @@ from runners.engine.eventtime.epoch import (
     plan_epoch,
 )
 from runners.engine.eventtime.watermark import EXTRA, NO_WATERMARK, EventTime, EventTimeError
-from runners.engine.eventtime.windows import Window, sliding, tumbling
+from runners.engine.eventtime.windows import SessionWindow, Window, session, sliding, tumbling
 
 __all__ = [
     "EXTRA",
@@ -18,12 +18,14 @@ __all__ = [
     "EpochEventTime",
     "EventTime",
     "EventTimeError",
+    "SessionWindow",
     "TaskEventTime",
     "Window",
     "after_epoch",
     "merged",
     "on_read",
     "plan_epoch",
+    "session",
     "sliding",
     "tumbling",
 ]

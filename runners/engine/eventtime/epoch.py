@@ -61,7 +61,7 @@ def plan_epoch(job: Job, parent: Any) -> EpochEventTime:
     if job.event_time is None:
         return EpochEventTime()
     previous = of_manifest(parent)
-    if job.window is None or parent is None or previous.value == NO_WATERMARK:
+    if not job.closes_by_watermark or parent is None or previous.value == NO_WATERMARK:
         return EpochEventTime(previous.value)
     if parent.kind == "migration" or previous.max_parallelism != parent.max_parallelism:
         due = sorted(int(kg) for kg in parent.key_groups)
@@ -109,7 +109,7 @@ def after_epoch(
         applied=planned.watermark_ms,
         partitions=partitions,
         late=total.late,
-        due=due if job.window is not None else {},
+        due=due if job.closes_by_watermark else {},
         max_parallelism=max_parallelism,
     ).to_doc()
     doc["spec"] = job.event_time.describe()

@@ -1,0 +1,65 @@
+"""Spark Structured Streaming over the same input as the engine's epochs, the peer the
+event-time tests compare with: one Parquet file per micro-batch, each followed by the no-data
+batch a moved watermark asks for (so every data batch sees the watermark the previous input
+moved, as an epoch applies its parent's)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+
+def with_watermark(stream: Any, delay_ms: int) -> Any:
+    """`stream` with ``t`` (the timestamp of the ``ts`` milliseconds) and its watermark."""
+    from pyspark.sql import functions as F
+
+    return stream.withColumn("t", F.timestamp_millis("ts")).withWatermark(
+        "t", f"{delay_ms} milliseconds"
+    )
+
+
+def micro_batches(
+    spark: Any,
+    frames: list[pd.DataFrame],
+    root: Path,
+    query: Callable[[Any], Any],
+    *,
+    schema: str = "key string, value long, ts long",
+    output_mode: str = "append",
+) -> pd.DataFrame:
+    """Every row `query(stream)` emitted, in append mode, over `frames` as micro-batches."""
+    inp = root / "spark-in"
+    inp.mkdir()
+    previous = spark.conf.get("spark.sql.shuffle.partitions")
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    rows: list[dict[str, Any]] = []
+    try:
+        stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(inp))
+        query_handle = (
+            query(stream)
+            .writeStream.outputMode(output_mode)
+            .foreachBatch(lambda df, _: rows.extend(r.asDict() for r in df.collect()))
+            .option("checkpointLocation", str(root / "checkpoint"))
+            .start()
+        )
+        try:
+            for i, frame in enumerate(frames):
+                frame.to_parquet(inp / f".part-{i}", index=False)
+                os.rename(inp / f".part-{i}", inp / f"part-{i:05d}.parquet")
+                query_handle.processAllAvailable()
+                deadline = time.monotonic() + 5  # the no-data batch of the moved watermark
+                while time.monotonic() < deadline:
+                    progress = query_handle.recentProgress
+                    if progress and progress[-1]["numInputRows"] == 0:
+                        break
+                    time.sleep(0.05)
+        finally:
+            query_handle.stop()
+    finally:
+        spark.conf.set("spark.sql.shuffle.partitions", previous)
+    return pd.DataFrame(rows)
