@@ -90,8 +90,8 @@ class Job:
         if not self.key_columns:
             raise JobError(f"job {self.name!r}: key names no column")
         try:
-            check_window(self)
             check_dedup(self)
+            check_window(self)
         except EventTimeError as exc:
             raise JobError(str(exc)) from None
 

@@ -63,3 +63,23 @@ def micro_batches(
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", previous)
     return pd.DataFrame(rows)
+
+
+def window_aggregates(grouped: Any, window: str) -> Any:
+    """count, sum and max of ``value`` per key and window of a stream grouped by a window
+    column named `window` (``window`` or ``session_window``) and ``key``, as the engine's
+    windowed rows: key, window_start, window_end (milliseconds), count, sum_value, max_value."""
+    from pyspark.sql import functions as F
+
+    return grouped.agg(
+        F.count("*").alias("count"),
+        F.sum("value").alias("sum_value"),
+        F.max("value").alias("max_value"),
+    ).select(
+        "key",
+        F.unix_millis(f"{window}.start").alias("window_start"),
+        F.unix_millis(f"{window}.end").alias("window_end"),
+        "count",
+        "sum_value",
+        "max_value",
+    )

@@ -28,14 +28,13 @@ from tests.engine.event_runs import (
     run_rescaled,
     watermarks,
 )
-from tests.engine.spark_streaming import micro_batches, with_watermark
+from tests.engine.spark_streaming import micro_batches, window_aggregates, with_watermark
 from tests.engine.windows_data import (
     DELAY_MS,
     Layout,
     event_frames,
     session_reference,
     window_job,
-    write_event_files,
 )
 
 LAYOUT = Layout()
@@ -83,13 +82,6 @@ def test_bad_session_declarations_are_refused_naming_the_fix(tmp_path: Path) -> 
 
 
 # -- runs on the shared SparkSession ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def event_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    directory = tmp_path_factory.mktemp("session-events") / "in"
-    write_event_files(str(directory), LAYOUT, row_group_size=100)
-    return str(directory)
 
 
 @pytest.fixture(scope="module")
@@ -176,23 +168,9 @@ def _spark_sessions(
     from pyspark.sql import functions as F
 
     def query(stream: Any) -> Any:
-        return (
-            with_watermark(stream, delay)
-            .groupBy(F.session_window("t", f"{gap} milliseconds"), "key")
-            .agg(
-                F.count("*").alias("count"),
-                F.sum("value").alias("sum_value"),
-                F.max("value").alias("max_value"),
-            )
-            .select(
-                "key",
-                F.unix_millis("session_window.start").alias("window_start"),
-                F.unix_millis("session_window.end").alias("window_end"),
-                "count",
-                "sum_value",
-                "max_value",
-            )
-        )
+        window = F.session_window("t", f"{gap} milliseconds")
+        grouped = with_watermark(stream, delay).groupBy(window, "key")
+        return window_aggregates(grouped, "session_window")
 
     rows = micro_batches(spark, frames, root, query)
     return rows.sort_values(["key", "window_start"]).reset_index(drop=True)

@@ -24,14 +24,13 @@ from tests.engine.event_runs import dead_letters, late_per_epoch, output, run_re
 from tests.engine.event_runs import ipc as _ipc
 from tests.engine.event_runs import run as _run
 from tests.engine.event_runs import watermarks as _watermarks
-from tests.engine.spark_streaming import micro_batches, with_watermark
+from tests.engine.spark_streaming import micro_batches, window_aggregates, with_watermark
 from tests.engine.windows_data import (
     DELAY_MS,
     Layout,
     event_frames,
     reference,
     window_job,
-    write_event_files,
 )
 
 pytestmark = pytest.mark.spark
@@ -79,13 +78,6 @@ def test_bad_event_time_and_window_declarations_are_refused_naming_the_fix(tmp_p
 
 
 # -- runs on the shared SparkSession ------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def event_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    directory = tmp_path_factory.mktemp("events") / "in"
-    write_event_files(str(directory), LAYOUT, row_group_size=100)
-    return str(directory)
 
 
 def _output(repo: Repository, branch: str = "main") -> pd.DataFrame:
@@ -219,23 +211,9 @@ def _spark_windows(
     from pyspark.sql import functions as F
 
     def query(stream: Any) -> Any:
-        return (
-            with_watermark(stream, DELAY_MS)
-            .groupBy(F.window("t", f"{SIZE // 1000} seconds", f"{slide_s} seconds"), "key")
-            .agg(
-                F.count("*").alias("count"),
-                F.sum("value").alias("sum_value"),
-                F.max("value").alias("max_value"),
-            )
-            .select(
-                "key",
-                F.unix_millis("window.start").alias("window_start"),
-                F.unix_millis("window.end").alias("window_end"),
-                "count",
-                "sum_value",
-                "max_value",
-            )
-        )
+        window = F.window("t", f"{SIZE // 1000} seconds", f"{slide_s} seconds")
+        grouped = with_watermark(stream, DELAY_MS).groupBy(window, "key")
+        return window_aggregates(grouped, "window")
 
     rows = micro_batches(spark, frames, root, query)
     return rows.sort_values(["key", "window_start"]).reset_index(drop=True)
