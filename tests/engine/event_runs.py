@@ -14,9 +14,11 @@ from runners.engine import EpochRunner, Job, read_dead_letters, read_output
 from snapshots_store import Repository
 
 
-def run(spark: Any, job: Job, root: Path, name: str, p: int = 2) -> Repository:
+def run(
+    spark: Any, job: Job, root: Path, name: str, p: int = 2, routing: str = "auto"
+) -> Repository:
     repo = Repository.open(f"file://{root}/store", name)
-    EpochRunner(spark, job, repo=repo, parallelism=p).run()
+    EpochRunner(spark, job, repo=repo, parallelism=p, routing=routing).run()
     return repo
 
 

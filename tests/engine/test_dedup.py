@@ -96,12 +96,13 @@ def test_dedup_equals_reference_with_late_records_and_forgotten_keys(
 
 
 @pytest.mark.spark
-def test_parallelism_1_and_3_with_live_rescales_are_byte_identical(
+def test_parallelism_1_and_3_live_rescales_and_routings_are_byte_identical(
     spark: Any, event_dir: str, dedup_run: Repository, tmp_path: Path
 ) -> None:
     single = run(spark, dedup_job(event_dir), tmp_path, "single", p=1)
     rescaled = run_rescaled(spark, dedup_job(event_dir), tmp_path, "rescaled", (3, 1, 3, 2))
-    for repo in (single, rescaled):
+    shuffled = run(spark, dedup_job(event_dir), tmp_path, "shuffled", p=3, routing="shuffle")
+    for repo in (single, rescaled, shuffled):
         assert ipc(output(repo, ["_epoch", "key"])) == ipc(output(dedup_run, ["_epoch", "key"]))
         assert watermarks(repo) == watermarks(dedup_run)
         assert dead_letters(repo) == dead_letters(dedup_run)

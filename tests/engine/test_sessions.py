@@ -118,13 +118,15 @@ def test_sessions_update_mode_equal_reference(spark: Any, event_dir: str, tmp_pa
 
 
 @pytest.mark.spark
-def test_parallelism_1_and_3_with_live_rescales_are_byte_identical(
+def test_parallelism_1_and_3_live_rescales_and_routings_are_byte_identical(
     spark: Any, event_dir: str, session_run: Repository, tmp_path: Path
 ) -> None:
     job = window_job(event_dir, window=session(GAP))
     single = run(spark, job, tmp_path, "single", p=1)
     rescaled = run_rescaled(spark, job, tmp_path, "rescaled", (3, 3, 1, 3, 2))
-    for repo in (single, rescaled):
+    # the shuffle routing: sessions merged per split by the map tasks, again by the reducers
+    shuffled = run(spark, job, tmp_path, "shuffled", p=3, routing="shuffle")
+    for repo in (single, rescaled, shuffled):
         assert ipc(output(repo, SORT)) == ipc(output(session_run, SORT))
         assert watermarks(repo) == watermarks(session_run)
         assert dead_letters(repo) == dead_letters(session_run)
