@@ -16,14 +16,15 @@ applies its parent's watermark ``W`` (watermark.py):
   end (``end <= W``), then drops the window's state; ``update`` emits every window the epoch
   changed with its running values, and drops a window's state once ``W`` passes its end.
 
-A record is late when its latest window, or its own session ``[t, t + g)``, ended at or before
-``W``: as Spark, which drops such a record before merging it with the sessions in its state
-(even one it would have touched). A session closes once ``W`` passes its end.
+For sessions, the windows the watermark passed close first (as Spark evicts them in the
+no-data batch the moved watermark runs, before the next input); a record whose own session
+``[t, t + g)`` ended at or before ``W`` is late, even when it touches an open session (Spark
+drops it before merging); the others merge with the open sessions.
 
 The state of a key is one row in its key group's chunk: the key column(s), ``window_start``
 (a sorted list of the starts of its open windows; sessions also ``window_end``, their ends)
-and one list per aggregation (``count``,
-``sum_value``, …) holding each open window's running value. So a key's windows move with its
+and one list per aggregation (``count``, ``sum_value``, …) holding each open window's running
+value. So a key's windows move with its
 key group on a rescale and are restored by a rollback or a fork, and the state operations
 (rehash, transform) see ordinary keyed rows. Everything is computed with pyarrow hash
 aggregation and numpy over group codes, never per record in Python.
