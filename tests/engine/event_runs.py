@@ -73,3 +73,22 @@ def late_per_epoch(repo: Repository, epochs: int) -> list[int]:
     dead = read_dead_letters(repo, "main").to_pandas()
     late = dead[dead["reason"] == "late"]
     return late.groupby("_epoch").size().reindex(range(1, epochs + 1), fill_value=0).tolist()
+
+
+def replay_rolled_back_and_forked(spark: Any, job: Job, repo: Repository) -> None:
+    """Roll the branch main of a finished run back to its epoch 3 and fork ``fork`` from its
+    epoch 2 (both commits carry the epoch's event-time document), then run both to the end,
+    at parallelism 2 and 3."""
+    from runners.engine.state_ops import new_branch_commit
+
+    before = chain(repo)
+    ids = {m.epoch: sid for sid, m in repo.log("heads/main", first_parent=True)}
+    head = repo.resolve("main")
+    new_branch_commit(repo, ids[3], "main", kind="rollback", operation_id="op-rb",
+                      provenance={"reason": "test"}, expected_head=head)  # fmt: skip
+    rolled = repo.read_manifest(repo.resolve("main"))
+    assert rolled.extra["event_time"] == before[2].extra["event_time"]
+    new_branch_commit(repo, ids[2], "fork", kind="fork", operation_id="op-fork",
+                      provenance={"reason": "test"})  # fmt: skip
+    EpochRunner(spark, job, repo=repo, parallelism=2).run()
+    EpochRunner(spark, job, repo=repo, branch="fork", parallelism=3).run()

@@ -23,6 +23,7 @@ from tests.engine.event_runs import (
     ipc,
     late_per_epoch,
     output,
+    replay_rolled_back_and_forked,
     run,
     run_rescaled,
     watermarks,
@@ -106,6 +107,18 @@ def test_parallelism_1_and_3_live_rescales_and_routings_are_byte_identical(
         assert ipc(output(repo, ["_epoch", "key"])) == ipc(output(dedup_run, ["_epoch", "key"]))
         assert watermarks(repo) == watermarks(dedup_run)
         assert dead_letters(repo) == dead_letters(dedup_run)
+
+
+@pytest.mark.spark
+def test_rollback_and_fork_remember_the_keys_of_their_epoch(
+    spark: Any, event_dir: str, dedup_run: Repository, tmp_path: Path
+) -> None:
+    repo = run(spark, dedup_job(event_dir), tmp_path, "rollback", p=1)
+    replay_rolled_back_and_forked(spark, dedup_job(event_dir), repo)
+    for branch in ("main", "fork"):
+        got = output(repo, ["_epoch", "key"], branch)
+        assert ipc(got) == ipc(output(dedup_run, ["_epoch", "key"])), branch
+        assert watermarks(repo, branch) == watermarks(dedup_run), branch
 
 
 def _spark_dedup(

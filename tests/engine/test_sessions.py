@@ -24,6 +24,7 @@ from tests.engine.event_runs import (
     ipc,
     late_per_epoch,
     output,
+    replay_rolled_back_and_forked,
     run,
     run_rescaled,
     watermarks,
@@ -132,6 +133,18 @@ def test_parallelism_1_and_3_live_rescales_and_routings_are_byte_identical(
         assert dead_letters(repo) == dead_letters(session_run)
 
 
+@pytest.mark.spark
+def test_rollback_and_fork_replay_the_same_sessions(
+    spark: Any, event_dir: str, session_run: Repository, tmp_path: Path
+) -> None:
+    job = window_job(event_dir, window=session(GAP))
+    repo = run(spark, job, tmp_path, "rollback", p=1)
+    replay_rolled_back_and_forked(spark, job, repo)
+    for branch in ("main", "fork"):
+        assert ipc(output(repo, SORT, branch)) == ipc(output(session_run, SORT)), branch
+        assert watermarks(repo, branch) == watermarks(session_run), branch
+
+
 # -- a crafted stream: a bridge across epochs, a late record that touches an open session --
 
 #: seconds after BASE, one list per epoch (gap 10 s, delay 10 s)
@@ -206,6 +219,16 @@ def test_crafted_bridge_and_late_rule_equal_reference_and_spark(spark: Any, tmp_
     assert ours.groupby("_epoch").size().to_dict() == {2: 1, 3: 1, 4: 3, 5: 1}
     theirs = _spark_sessions(spark, frames, tmp_path, 10_000, 10_000)
     pd.testing.assert_frame_equal(_final(ours), theirs[COLUMNS], check_dtype=False)
+    # update mode: epoch 2 emits a's bridged session with its running values
+    update = window_job(str(directory), window=session(10_000, output_mode="update"),
+                        event_time=EventTime("ts", 10_000))  # fmt: skip
+    updated = output(run(spark, update, tmp_path, "crafted-update"), SORT)
+    expected, _ = session_reference(frames, 10_000, 10_000, mode="update")
+    pd.testing.assert_frame_equal(updated[expected.columns], expected, check_dtype=False)
+    bridged = updated[(updated["_epoch"] == 2) & (updated["key"] == "a")]
+    assert bridged[["window_start", "window_end", "count"]].values.tolist() == [
+        [BASE + 18_000, BASE + 41_000, 3]
+    ]
 
 
 @pytest.mark.spark

@@ -12,15 +12,20 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from runners.engine import EpochRunner, Job, JobError, read_dead_letters, sources
+from runners.engine import Job, JobError, read_dead_letters, sources
 from runners.engine import aggregations as agg
 from runners.engine.eventtime import EventTime, EventTimeError, sliding, tumbling
 from runners.engine.eventtime.watermark import Watermark, advance
-from runners.engine.state_ops import new_branch_commit
 from snapshots_store import Repository
 from tests.engine.crash_harness import run_job
 from tests.engine.event_runs import chain as _chain
-from tests.engine.event_runs import dead_letters, late_per_epoch, output, run_rescaled
+from tests.engine.event_runs import (
+    dead_letters,
+    late_per_epoch,
+    output,
+    replay_rolled_back_and_forked,
+    run_rescaled,
+)
 from tests.engine.event_runs import ipc as _ipc
 from tests.engine.event_runs import run as _run
 from tests.engine.event_runs import watermarks as _watermarks
@@ -134,17 +139,7 @@ def test_rollback_and_fork_replay_the_same_watermarks_and_windows(
     spark: Any, event_dir: str, sliding_run: Repository, tmp_path: Path
 ) -> None:
     repo = _run(spark, window_job(event_dir), tmp_path, "rollback", p=1)
-    chain = _chain(repo)
-    ids = {m.epoch: sid for sid, m in repo.log("heads/main", first_parent=True)}
-    head = repo.resolve("main")
-    new_branch_commit(repo, ids[3], "main", kind="rollback", operation_id="op-rb",
-                      provenance={"reason": "test"}, expected_head=head)  # fmt: skip
-    rolled = repo.read_manifest(repo.resolve("main"))
-    assert rolled.extra["event_time"] == chain[2].extra["event_time"]  # carried by the commit
-    new_branch_commit(repo, ids[2], "fork", kind="fork", operation_id="op-fork",
-                      provenance={"reason": "test"})  # fmt: skip
-    EpochRunner(spark, window_job(event_dir), repo=repo, parallelism=2).run()
-    EpochRunner(spark, window_job(event_dir), repo=repo, branch="fork", parallelism=3).run()
+    replay_rolled_back_and_forked(spark, window_job(event_dir), repo)
     for branch in ("main", "fork"):
         assert _ipc(_output(repo, branch)) == _ipc(_output(sliding_run)), branch
         assert _watermarks(repo, branch) == _watermarks(sliding_run), branch
