@@ -39,12 +39,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from bench.datagen import key_strings
 from bench.engine import DRIVER_MEMORY, REPO_ROOT, effective_jvm
 from bench.timing import code_version
-from bench.windows import DELAY_MS, PARALLELISM, Input, key_crc, window_checksum
+from bench.windows import (
+    DELAY_MS,
+    PARALLELISM,
+    Input,
+    key_crc,
+    run_engine,
+    run_spark,
+    window_checksum,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -81,94 +88,6 @@ def table_checksum(table: pa.Table, names: pa.Array, crc: np.ndarray) -> dict[st
     return window_checksum(crc[ids], *(table.column(c).to_numpy() for c in columns))
 
 
-def run_engine(
-    spark: SparkSession, data: Input, work: Path, run: int
-) -> tuple[float, pa.Table, dict[str, Any]]:
-    from runners.engine import EpochRunner, Job, read_output, sources
-    from runners.engine import aggregations as agg
-    from runners.engine.eventtime import EventTime, session
-    from snapshots_store import Repository
-
-    store = work / f"store-{run}"
-    shutil.rmtree(store, ignore_errors=True)
-    repo = Repository.open(f"file://{store}", "sessions")
-    job = Job(
-        name="sessions",
-        source=sources.ParquetDirectory(str(data.directory), max_files_per_epoch=1),
-        key="key",
-        aggregate=[agg.count(), agg.sum("value")],
-        event_time=EventTime("ts", DELAY_MS),
-        window=session(GAP_MS),
-    )
-    t0 = time.perf_counter()
-    results = EpochRunner(spark, job, repo=repo, parallelism=PARALLELISM).run()
-    seconds = time.perf_counter() - t0
-    late = sum(
-        int(m.stats.get("late_records", 0)) for _, m in repo.log("heads/main", first_parent=True)
-    )
-    detail = {
-        "epochs": len(results),
-        "epoch_s": [round(r.duration_s, 3) for r in results],
-        "late_records": late,
-    }
-    table = read_output(repo, "main")
-    shutil.rmtree(store, ignore_errors=True)
-    return seconds, table, detail
-
-
-def run_spark(
-    spark: SparkSession, data: Input, work: Path
-) -> tuple[float, pa.Table, dict[str, Any]]:
-    from pyspark.sql import functions as F
-
-    checkpoint, out = work / "spark-checkpoint", work / "spark-out"
-    for path in (checkpoint, out):
-        shutil.rmtree(path, ignore_errors=True)
-
-    def sink(batch: Any, batch_id: int) -> None:
-        batch.write.mode("overwrite").parquet(str(out / str(batch_id)))
-
-    stream = (
-        spark.readStream.schema("key STRING, value BIGINT, ts BIGINT")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(data.directory))
-        .withColumn("t", F.timestamp_millis("ts"))
-        .withWatermark("t", f"{DELAY_MS // 1000} seconds")
-        .groupBy(F.session_window("t", f"{GAP_MS // 1000} seconds"), "key")
-        .agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("sum_value"))
-        .select(
-            "key", F.unix_millis("session_window.start").alias("window_start"), "count",
-            "sum_value",
-        )
-    )  # fmt: skip
-    t0 = time.perf_counter()
-    query = (
-        stream.writeStream.outputMode("append")
-        .foreachBatch(sink)
-        .trigger(availableNow=True)
-        .option("checkpointLocation", str(checkpoint))
-        .queryName("bench_sessions")
-        .start()
-    )
-    query.awaitTermination()
-    seconds = time.perf_counter() - t0
-    if query.exception() is not None:
-        raise RuntimeError(f"spark_session_window failed: {query.exception()}")
-    progress = sorted(query.recentProgress, key=lambda p: p["batchId"])
-    detail = {
-        "batches": len(progress),
-        "batch_s": [round(p["durationMs"]["triggerExecution"] / 1000, 3) for p in progress],
-        "rows_in": sum(int(p["numInputRows"]) for p in progress),
-    }
-    batches = [p for p in out.iterdir() if p.name.isdigit()] if out.exists() else []
-    schema = pa.schema([("key", pa.string()), ("window_start", pa.int64()),
-                        ("count", pa.int64()), ("sum_value", pa.int64())])  # fmt: skip
-    tables = [pq.read_table(str(p)).cast(schema) for p in batches]
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    shutil.rmtree(out, ignore_errors=True)
-    return seconds, pa.concat_tables(tables) if tables else schema.empty_table(), detail
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.sessions", description=__doc__.split("\n")[0])
     p.add_argument("--keys", type=int, default=100_000)
@@ -196,9 +115,9 @@ def measure(
     for variant in order:
         load = os.getloadavg()
         if variant == "engine":
-            seconds, table, detail = run_engine(spark, data, work, run)
+            seconds, table, detail = run_engine(spark, data, work, run, GAP_MS)
         else:
-            seconds, table, detail = run_spark(spark, data, work)
+            seconds, table, detail = run_spark(spark, data, work, GAP_MS)
         checksum = table_checksum(table, names, crc)
         figures[variant] = {"seconds": round(seconds, 3), "checksum": checksum,
                             "loadavg_before": [round(x, 2) for x in load], **detail}  # fmt: skip
@@ -249,8 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         log(f"settings {settings}")
         warm = Input(work / "warm", 2_000, 2_000, 2)  # untimed: workers, imports, codegen
         warm.write()
-        run_engine(spark, warm, work, 0)
-        run_spark(spark, warm, work)
+        run_engine(spark, warm, work, 0, GAP_MS)
+        run_spark(spark, warm, work, GAP_MS)
         for run in range(1, args.runs + 1):
             figures, failed = measure(spark, data, work, run, expected)
             runs.append(figures)
