@@ -153,11 +153,12 @@ def _table_checksum(table: pa.Table, names: pa.Array, crc: np.ndarray) -> dict[s
 
 
 def run_engine(
-    spark: SparkSession, data: Input, work: Path, run: int
+    spark: SparkSession, data: Input, work: Path, run: int, gap_ms: int | None = None
 ) -> tuple[float, pa.Table, dict[str, Any]]:
+    """The engine's run over `data` (sliding windows; with `gap_ms`, sessions: bench.sessions)."""
     from runners.engine import EpochRunner, Job, read_output, sources
     from runners.engine import aggregations as agg
-    from runners.engine.eventtime import EventTime, sliding
+    from runners.engine.eventtime import EventTime, session, sliding
     from snapshots_store import Repository
 
     store = work / f"store-{run}"
@@ -169,7 +170,7 @@ def run_engine(
         key="key",
         aggregate=[agg.count(), agg.sum("value")],
         event_time=EventTime("ts", DELAY_MS),
-        window=sliding(SIZE_MS, SLIDE_MS),
+        window=sliding(SIZE_MS, SLIDE_MS) if gap_ms is None else session(gap_ms),
     )
     t0 = time.perf_counter()
     results = EpochRunner(spark, job, repo=repo, parallelism=PARALLELISM).run()
@@ -188,9 +189,16 @@ def run_engine(
 
 
 def run_spark(
-    spark: SparkSession, data: Input, work: Path
+    spark: SparkSession, data: Input, work: Path, gap_ms: int | None = None
 ) -> tuple[float, pa.Table, dict[str, Any]]:
+    """Spark's run over `data`: groupBy(window(...)) (with `gap_ms`, session_window(...))."""
     from pyspark.sql import functions as F
+
+    if gap_ms is None:
+        size, slide = f"{SIZE_MS // 1000} seconds", f"{SLIDE_MS // 1000} seconds"
+        window, column = F.window("t", size, slide), "window"
+    else:
+        window, column = F.session_window("t", f"{gap_ms} milliseconds"), "session_window"
 
     checkpoint, out = work / "spark-checkpoint", work / "spark-out"
     for path in (checkpoint, out):
@@ -205,9 +213,9 @@ def run_spark(
         .parquet(str(data.directory))
         .withColumn("t", F.timestamp_millis("ts"))
         .withWatermark("t", f"{DELAY_MS // 1000} seconds")
-        .groupBy(F.window("t", f"{SIZE_MS // 1000} seconds", f"{SLIDE_MS // 1000} seconds"), "key")
+        .groupBy(window, "key")
         .agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("sum_value"))
-        .select("key", F.unix_millis("window.start").alias("window_start"), "count", "sum_value")
+        .select("key", F.unix_millis(f"{column}.start").alias("window_start"), "count", "sum_value")
     )
     t0 = time.perf_counter()
     query = (
@@ -221,7 +229,7 @@ def run_spark(
     query.awaitTermination()
     seconds = time.perf_counter() - t0
     if query.exception() is not None:
-        raise RuntimeError(f"spark_windowed failed: {query.exception()}")
+        raise RuntimeError(f"spark {column} failed: {query.exception()}")
     progress = sorted(query.recentProgress, key=lambda p: p["batchId"])
     detail = {
         "batches": len(progress),

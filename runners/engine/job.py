@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runners.engine.aggregations import Aggregation
+from runners.engine.eventtime.dedup import check as check_dedup
 from runners.engine.eventtime.joins import check as join_check
 from runners.engine.eventtime.joins import is_join
 from runners.engine.eventtime.watermark import EventTime, EventTimeError
-from runners.engine.eventtime.windows import Window
+from runners.engine.eventtime.windows import SessionWindow, Window
 from runners.engine.eventtime.windows import check as check_window
 from runners.engine.sinks import Sink
 from runners.engine.sources import Source
@@ -31,8 +32,9 @@ class JobError(ValueError):
 class Job:
     """A keyed stateful job.
 
-    `aggregate` (vectorised built-ins) or `process` (a Python function per key and epoch):
-    exactly one. `time_mode` "wall" stamps each epoch with the driver's clock; "logical" uses
+    `aggregate` (vectorised built-ins), `process` (a Python function per key and epoch) or
+    `dedup_within_watermark` (the first record of each key within the watermark): exactly one.
+    `time_mode` "wall" stamps each epoch with the driver's clock; "logical" uses
     ``epoch * logical_epoch_ms`` so that replays after crashes reproduce time-based results
     bit for bit.
     """
@@ -52,8 +54,11 @@ class Job:
     #: the event-time column and allowed delay: each epoch records its watermark
     #: (runners.engine.eventtime)
     event_time: EventTime | None = None
-    #: tumbling or sliding event-time windows of the aggregations (needs `event_time`)
-    window: Window | None = None
+    #: tumbling, sliding or session event-time windows of the aggregations (needs `event_time`)
+    window: Window | SessionWindow | None = None
+    #: emit each key's first record, drop its duplicates until the watermark passes the first
+    #: one's event time plus the delay (Spark's dropDuplicatesWithinWatermark; needs `event_time`)
+    dedup_within_watermark: bool = False
 
     def __post_init__(self) -> None:
         self.sinks = list(self.sinks)
@@ -70,8 +75,12 @@ class Job:
             join_check(self)  # an IntervalJoin source: neither, its event time
         except EventTimeError as exc:
             raise JobError(str(exc)) from None
-        if not is_join(self) and (self.aggregate is None) == (self.process is None):
-            raise JobError(f"job {self.name!r}: give exactly one of aggregate=[…] or process=fn")
+        forms = [self.aggregate is not None, self.process is not None, self.dedup_within_watermark]
+        if not is_join(self) and sum(forms) != 1:
+            raise JobError(
+                f"job {self.name!r}: give exactly one of aggregate=[…], process=fn or "
+                "dedup_within_watermark=True"
+            )
         if self.aggregate is not None:
             self.aggregate = list(self.aggregate)
             if not self.aggregate:
@@ -87,15 +96,16 @@ class Job:
         if not self.key_columns:
             raise JobError(f"job {self.name!r}: key names no column")
         try:
+            check_dedup(self)
             check_window(self)
         except EventTimeError as exc:
             raise JobError(str(exc)) from None
 
     @property
     def closes_by_watermark(self) -> bool:
-        """Whether its state has parts the watermark closes (windows, buffered join rows):
-        the snapshot then records per key group when the earliest one is due."""
-        return self.window is not None or is_join(self)
+        """Whether its state has parts the watermark closes (windows, buffered join rows,
+        remembered keys): the snapshot then records per key group when the earliest one is due."""
+        return self.window is not None or is_join(self) or self.dedup_within_watermark
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -107,7 +117,8 @@ class Job:
 
     @property
     def config_hash(self) -> str:
-        doc = {"name": self.name, "key": list(self.key_columns), "config": self.config}
+        doc: dict[str, Any] = {"name": self.name, "key": list(self.key_columns)}
+        doc["config"] = self.config
         doc["aggregate"] = [a.name for a in self.aggregations]
         if self.event_time is not None:  # a job without them keeps its hash
             doc["event_time"] = self.event_time.describe()
@@ -115,6 +126,8 @@ class Job:
             doc["window"] = self.window.describe()
         if is_join(self):
             doc["join"] = self.source.describe()  # type: ignore[attr-defined]
+        if self.dedup_within_watermark:
+            doc["dedup_within_watermark"] = True
         raw = json.dumps(doc, sort_keys=True, default=str).encode()
         return hashlib.sha256(raw).hexdigest()
 

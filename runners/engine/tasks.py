@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from runners.engine import aggregations as agg
 from runners.engine import eventtime, exchange
 from runners.engine.crash import maybe_crash
-from runners.engine.eventtime import joins
+from runners.engine.eventtime import dedup, joins
 from runners.engine.eventtime import windows as windowing
 from runners.engine.exchange import MapShare
 from runners.engine.hashing import key_groups, owners
@@ -695,17 +695,23 @@ def _write_outputs(
 
 def _reduce_windows(
     plan: TaskPlan, task: int, merged: pa.Table | None, writer: ChunkWriter
-) -> tuple[windowing.Closed | joins.Joined, Restore]:
+) -> tuple[eventtime.Closed, Restore]:
     """Windowed aggregation: merge the partials per key and window, close the windows the
-    watermark passed in this task's key groups (eventtime/windows.py); or an interval join:
-    match the rows with their key groups' buffered ones, expire what the watermark passed
-    (eventtime/joins.py)."""
+    watermark passed in this task's key groups (eventtime/windows.py); an interval join: match
+    the rows with their key groups' buffered ones, expire what the watermark passed
+    (eventtime/joins.py); or deduplication: drop the keys remembered, forget those the
+    watermark passed (eventtime/dedup.py)."""
     table, slices = _kg_slices(merged) if merged is not None else (None, [])
     mine = key_group_range(task, plan.parallelism, plan.max_parallelism)
     due = [kg for kg in plan.event_time.due if kg in mine]
     groups = sorted({kg for kg, _, _ in slices} | set(due))
     states, restore = _load_states(plan, groups, plan.job.key_columns)
     watermark = plan.event_time.watermark_ms
-    reduce = joins.reduce if joins.is_join(plan.job) else windowing.reduce
+    if joins.is_join(plan.job):
+        reduce = joins.reduce
+    elif plan.job.dedup_within_watermark:
+        reduce = dedup.reduce
+    else:
+        reduce = windowing.reduce
     closed = reduce(plan.job, watermark, table, slices, due, states, writer)
     return closed, restore

@@ -10,6 +10,7 @@ import pytest
 
 from snapshots_store import Repository
 from tests.engine.jobs import write_epochs
+from tests.engine.windows_data import Layout, write_event_files
 
 _counter = itertools.count()
 
@@ -19,6 +20,15 @@ def epochs_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
     """6 epochs x 2,000 records over 400 keys (shared, read-only)."""
     directory = tmp_path_factory.mktemp("epochs") / "in"
     write_epochs(str(directory), files=6, keys=400, records=2000)
+    return str(directory)
+
+
+@pytest.fixture(scope="session")
+def event_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The event-time epochs of tests/engine/windows_data.py (out of order, some late; shared,
+    read-only)."""
+    directory = tmp_path_factory.mktemp("events") / "in"
+    write_event_files(str(directory), Layout(), row_group_size=100)
     return str(directory)
 
 

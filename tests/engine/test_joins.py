@@ -21,8 +21,10 @@ from runners.engine.eventtime import EventTime, EventTimeError, IntervalJoin
 from runners.engine.state.restore import load_key_groups
 from runners.engine.state_ops import new_branch_commit
 from snapshots_store import Repository
-from tests.engine.spark_streams import micro_batches
-from tests.engine.test_windows import _chain, _ipc, _watermarks
+from tests.engine.event_runs import chain as _chain
+from tests.engine.event_runs import ipc as _ipc
+from tests.engine.event_runs import watermarks as _watermarks
+from tests.engine.spark_streaming import run_batches
 
 pytestmark = pytest.mark.spark
 
@@ -303,7 +305,7 @@ def _spark_join(spark: Any, root: Path, left: list[pd.DataFrame], right: list[pd
     )  # fmt: skip
     dirs = (root / "impressions", root / "clicks")
     batches = [{dirs[0]: left[i], dirs[1]: right[i]} for i in range(FILES)]
-    rows = micro_batches(spark, joined, root / "checkpoint", batches)
+    rows = run_batches(spark, joined, root / "checkpoint", batches)
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

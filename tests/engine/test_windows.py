@@ -5,8 +5,6 @@ SIGKILL mid-epoch, and against Spark Structured Streaming's own windowed aggrega
 from __future__ import annotations
 
 import dataclasses
-import os
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +12,30 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
-from runners.engine import EpochRunner, Job, JobError, read_dead_letters, read_output, sources
+from runners.engine import Job, JobError, read_dead_letters, sources
 from runners.engine import aggregations as agg
 from runners.engine.eventtime import EventTime, EventTimeError, sliding, tumbling
 from runners.engine.eventtime.watermark import Watermark, advance
-from runners.engine.state_ops import new_branch_commit
 from snapshots_store import Repository
 from tests.engine.crash_harness import run_job
+from tests.engine.event_runs import chain as _chain
+from tests.engine.event_runs import (
+    dead_letters,
+    late_per_epoch,
+    output,
+    replay_rolled_back_and_forked,
+    run_rescaled,
+)
+from tests.engine.event_runs import ipc as _ipc
+from tests.engine.event_runs import run as _run
+from tests.engine.event_runs import watermarks as _watermarks
+from tests.engine.spark_streaming import micro_batches, window_aggregates, with_watermark
 from tests.engine.windows_data import (
     DELAY_MS,
     Layout,
     event_frames,
     reference,
     window_job,
-    write_event_files,
 )
 
 pytestmark = pytest.mark.spark
@@ -77,43 +85,8 @@ def test_bad_event_time_and_window_declarations_are_refused_naming_the_fix(tmp_p
 # -- runs on the shared SparkSession ------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def event_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    directory = tmp_path_factory.mktemp("events") / "in"
-    write_event_files(str(directory), LAYOUT, row_group_size=100)
-    return str(directory)
-
-
-def _run(spark: Any, job: Job, root: Path, name: str, p: int = 2) -> Repository:
-    repo = Repository.open(f"file://{root}/store", name)
-    EpochRunner(spark, job, repo=repo, parallelism=p).run()
-    return repo
-
-
 def _output(repo: Repository, branch: str = "main") -> pd.DataFrame:
-    return read_output(repo, branch).to_pandas().sort_values(SORT).reset_index(drop=True)
-
-
-def _chain(repo: Repository, branch: str = "main") -> list[Any]:
-    return [m for _, m in reversed(list(repo.log(f"heads/{branch}", first_parent=True)))]
-
-
-def _watermarks(repo: Repository, branch: str = "main") -> list[tuple[int, Any, Any, int]]:
-    """(epoch, applied, watermark, late) of every epoch commit on the branch."""
-    return [
-        (m.epoch, m.extra["event_time"]["applied"], m.extra["event_time"]["watermark"],
-         int(m.stats["late_records"]))
-        for m in _chain(repo, branch)
-        if m.kind in ("epoch", "rescale")
-    ]  # fmt: skip
-
-
-def _ipc(frame: pd.DataFrame) -> bytes:
-    sink = pa.BufferOutputStream()
-    table = pa.Table.from_pandas(frame, preserve_index=False)
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue())
+    return output(repo, SORT, branch)
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +106,7 @@ def test_sliding_append_equals_pandas_reference_with_late_records(
     assert [w[3] for w in _watermarks(sliding_run)] == late
     dead = read_dead_letters(sliding_run, "main").to_pandas()
     assert set(dead["reason"]) == {"late"}
-    assert (
-        dead.groupby("_epoch").size().reindex(range(1, len(late) + 1), fill_value=0).tolist()
-        == late
-    )
+    assert late_per_epoch(sliding_run, len(late)) == late
     # every epoch applied its parent's watermark; the last epoch had no input (it only closed
     # the windows the input's watermark passed), after it no open window is due
     marks = _watermarks(sliding_run)
@@ -159,36 +129,17 @@ def test_tumbling_update_mode_equals_reference(spark: Any, event_dir: str, tmp_p
 def test_parallelism_3_with_live_rescales_is_byte_identical(
     spark: Any, event_dir: str, sliding_run: Repository, tmp_path: Path
 ) -> None:
-    repo = Repository.open(f"file://{tmp_path}/store", "rescaled")
-    runner = EpochRunner(spark, window_job(event_dir), repo=repo, parallelism=3)
-    version = None
-    for p in (3, 3, 1, 3, 2, 3, 1):
-        version = repo.write_control("main", {"parallelism": p}, version)
-        result = runner.run_epoch()
-        assert result is not None and result.parallelism == p
-    assert runner.run_epoch() is None and runner.stopped_reason == "no new data"
+    repo = run_rescaled(spark, window_job(event_dir), tmp_path, "rescaled", (3, 3, 1, 3, 2, 3, 1))
     assert _ipc(_output(repo)) == _ipc(_output(sliding_run))
     assert _watermarks(repo) == _watermarks(sliding_run)
-    assert _ipc(read_dead_letters(repo, "main").to_pandas()) == _ipc(
-        read_dead_letters(sliding_run, "main").to_pandas()
-    )
+    assert dead_letters(repo) == dead_letters(sliding_run)
 
 
 def test_rollback_and_fork_replay_the_same_watermarks_and_windows(
     spark: Any, event_dir: str, sliding_run: Repository, tmp_path: Path
 ) -> None:
     repo = _run(spark, window_job(event_dir), tmp_path, "rollback", p=1)
-    chain = _chain(repo)
-    ids = {m.epoch: sid for sid, m in repo.log("heads/main", first_parent=True)}
-    head = repo.resolve("main")
-    new_branch_commit(repo, ids[3], "main", kind="rollback", operation_id="op-rb",
-                      provenance={"reason": "test"}, expected_head=head)  # fmt: skip
-    rolled = repo.read_manifest(repo.resolve("main"))
-    assert rolled.extra["event_time"] == chain[2].extra["event_time"]  # carried by the commit
-    new_branch_commit(repo, ids[2], "fork", kind="fork", operation_id="op-fork",
-                      provenance={"reason": "test"})  # fmt: skip
-    EpochRunner(spark, window_job(event_dir), repo=repo, parallelism=2).run()
-    EpochRunner(spark, window_job(event_dir), repo=repo, branch="fork", parallelism=3).run()
+    replay_rolled_back_and_forked(spark, window_job(event_dir), repo)
     for branch in ("main", "fork"):
         assert _ipc(_output(repo, branch)) == _ipc(_output(sliding_run)), branch
         assert _watermarks(repo, branch) == _watermarks(sliding_run), branch
@@ -251,59 +202,16 @@ def test_driver_sigkill_mid_epoch_then_restart_emits_the_same_windows(
 def _spark_windows(
     spark: Any, frames: list[pd.DataFrame], root: Path, slide_s: int
 ) -> pd.DataFrame:
-    """Spark's groupBy(window(...)) + withWatermark in append mode over the same input, one
-    file per micro-batch (each followed by the no-data batch a moved watermark asks for)."""
+    """Spark's groupBy(window(...)) + withWatermark in append mode over the same input."""
     from pyspark.sql import functions as F
 
-    inp = root / "spark-in"
-    inp.mkdir()
-    previous = spark.conf.get("spark.sql.shuffle.partitions")
-    spark.conf.set("spark.sql.shuffle.partitions", "2")
-    rows: list[dict[str, Any]] = []
-    try:
-        stream = (
-            spark.readStream.schema("key string, value long, ts long")
-            .option("maxFilesPerTrigger", 1)
-            .parquet(str(inp))
-            .withColumn("t", F.timestamp_millis("ts"))
-            .withWatermark("t", f"{DELAY_MS // 1000} seconds")
-            .groupBy(F.window("t", f"{SIZE // 1000} seconds", f"{slide_s} seconds"), "key")
-            .agg(
-                F.count("*").alias("count"),
-                F.sum("value").alias("sum_value"),
-                F.max("value").alias("max_value"),
-            )
-            .select(
-                "key",
-                F.unix_millis("window.start").alias("window_start"),
-                F.unix_millis("window.end").alias("window_end"),
-                "count",
-                "sum_value",
-                "max_value",
-            )
-        )
-        query = (
-            stream.writeStream.outputMode("append")
-            .foreachBatch(lambda df, _: rows.extend(r.asDict() for r in df.collect()))
-            .option("checkpointLocation", str(root / "checkpoint"))
-            .start()
-        )
-        try:
-            for i, frame in enumerate(frames):
-                frame.to_parquet(inp / f".part-{i}", index=False)
-                os.rename(inp / f".part-{i}", inp / f"part-{i:05d}.parquet")
-                query.processAllAvailable()
-                deadline = time.monotonic() + 5  # the no-data batch of the moved watermark
-                while time.monotonic() < deadline:
-                    progress = query.recentProgress
-                    if progress and progress[-1]["numInputRows"] == 0:
-                        break
-                    time.sleep(0.05)
-        finally:
-            query.stop()
-    finally:
-        spark.conf.set("spark.sql.shuffle.partitions", previous)
-    return pd.DataFrame(rows).sort_values(["key", "window_start"]).reset_index(drop=True)
+    def query(stream: Any) -> Any:
+        window = F.window("t", f"{SIZE // 1000} seconds", f"{slide_s} seconds")
+        grouped = with_watermark(stream, DELAY_MS).groupBy(window, "key")
+        return window_aggregates(grouped, "window")
+
+    rows = micro_batches(spark, frames, root, query)
+    return rows.sort_values(["key", "window_start"]).reset_index(drop=True)
 
 
 @pytest.mark.parametrize(

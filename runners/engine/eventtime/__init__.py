@@ -10,22 +10,31 @@ from runners.engine.eventtime.epoch import (
     plan_epoch,
 )
 from runners.engine.eventtime.joins import IntervalJoin
-from runners.engine.eventtime.watermark import EXTRA, NO_WATERMARK, EventTime, EventTimeError
-from runners.engine.eventtime.windows import Window, sliding, tumbling
+from runners.engine.eventtime.watermark import (
+    EXTRA,
+    NO_WATERMARK,
+    Closed,
+    EventTime,
+    EventTimeError,
+)
+from runners.engine.eventtime.windows import SessionWindow, Window, session, sliding, tumbling
 
 __all__ = [
     "EXTRA",
     "NO_WATERMARK",
+    "Closed",
     "EpochEventTime",
     "EventTime",
     "EventTimeError",
     "IntervalJoin",
+    "SessionWindow",
     "TaskEventTime",
     "Window",
     "after_epoch",
     "merged",
     "on_read",
     "plan_epoch",
+    "session",
     "sliding",
     "tumbling",
 ]

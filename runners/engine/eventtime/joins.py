@@ -42,14 +42,19 @@ pair is emitted exactly once.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runners.engine.eventtime.watermark import EventTime, EventTimeError, logical_partition
+from runners.engine.eventtime.watermark import (
+    Closed,
+    EventTime,
+    EventTimeError,
+    logical_partition,
+)
 from runners.engine.sources import (
     AdvancesOffsets,
     PreparesEpochs,
@@ -326,15 +331,6 @@ def waits_for_a_side(job: Job, partitions: Mapping[str, Any]) -> bool:
 # -- matching, per key group -------------------------------------------------------------
 
 
-@dataclass
-class Joined:
-    """What a reducer's joins did: emitted rows, and per key group it wrote the smallest
-    watermark at which one of its buffered rows expires (None: no rows left)."""
-
-    outputs: list[pa.Table] = field(default_factory=list)
-    due: dict[int, int | None] = field(default_factory=dict)
-
-
 def reduce(
     job: Job,
     watermark_ms: int,
@@ -343,7 +339,7 @@ def reduce(
     due: Sequence[int],
     states: Mapping[int, KeyGroupState],
     writer: ChunkWriter,
-) -> Joined:
+) -> Closed:
     """Join the epoch's rows (`table`, sorted by key group and input position; `slices`:
     (kg, start, length)) with their key groups' buffered rows, and expire what the watermark
     passed — also in the key groups of `due` the input did not touch; queue each changed key
@@ -351,7 +347,7 @@ def reduce(
     join = job.source
     assert isinstance(join, IntervalJoin)
     parts = {kg: (start, length) for kg, start, length in slices}
-    joined = Joined()
+    joined = Closed()
     for kg in sorted(set(parts) | set(due)):
         old = states.get(kg)
         rows = [] if old is None else [old.table]

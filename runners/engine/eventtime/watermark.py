@@ -94,6 +94,16 @@ def logical_partition(source: Any, partition: str) -> str:
     return ""
 
 
+@dataclass
+class Closed:
+    """What a reducer of watermark-closed state did (windows, join buffers, remembered keys):
+    the rows it emitted, and per key group it wrote the earliest watermark at which something
+    of its state closes (None: nothing left)."""
+
+    outputs: list[pa.Table] = field(default_factory=list)
+    due: dict[int, int | None] = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class Watermark:
     """The event-time document of one snapshot (``extra.event_time``)."""

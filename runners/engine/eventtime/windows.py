@@ -1,8 +1,13 @@
-"""Windowed aggregation in the vectorised path: tumbling and sliding (hop) event-time windows.
+"""Windowed aggregation in the vectorised path: tumbling, sliding (hop) and session event-time
+windows.
 
 A record with event time ``t`` belongs to every window ``[s, s + size)`` with ``s`` a multiple
-of the slide and ``s <= t < s + size`` (Spark's ``window(ts, size, slide)``). An epoch applies
-its parent's watermark ``W`` (watermark.py):
+of the slide and ``s <= t < s + size`` (Spark's ``window(ts, size, slide)``). With session
+windows of gap ``g`` (Spark's ``session_window(ts, g)``, Flink's ``EventTimeSessionWindows``) a
+record opens ``[t, t + g)`` and the windows of a key that overlap or touch merge into one
+session ``[first event, last event + g)`` — within an epoch and with the sessions its key
+kept from earlier epochs, so a record can bridge two open sessions (grouping.py). An epoch
+applies its parent's watermark ``W`` (watermark.py):
 
 - a (record, window) pair whose window ended at or before ``W`` is dropped; a record with no
   window left (its latest window ended at or before ``W``) is a dead letter with reason
@@ -11,14 +16,20 @@ its parent's watermark ``W`` (watermark.py):
   end (``end <= W``), then drops the window's state; ``update`` emits every window the epoch
   changed with its running values, and drops a window's state once ``W`` passes its end.
 
+For sessions, the windows the watermark passed close first (as Spark evicts them in the
+no-data batch the moved watermark runs, before the next input); a record whose own session
+``[t, t + g)`` ended at or before ``W`` is late, even when it touches an open session (Spark
+drops it before merging); the others merge with the open sessions.
+
 The state of a key is one row in its key group's chunk: the key column(s), ``window_start``
-(a sorted list of the starts of its open windows) and one list per aggregation (``count``,
-``sum_value``, …) holding each open window's running value. So a key's windows move with its
+(a sorted list of the starts of its open windows; sessions also ``window_end``, their ends)
+and one list per aggregation (``count``, ``sum_value``, …) holding each open window's running
+value. So a key's windows move with its
 key group on a rescale and are restored by a rollback or a fork, and the state operations
 (rehash, transform) see ordinary keyed rows. Everything is computed with pyarrow hash
 aggregation and numpy over group codes, never per record in Python.
 
-Per key group the snapshot also records the end of its earliest open window
+Per key group the snapshot also records the earliest end of its open windows
 (``extra.event_time.due``): an epoch visits the key groups its input touches and those whose
 earliest window the watermark has passed, so a window closes even when its key brings no more
 records; when the source has no new data but windows are due, the runner commits an epoch
@@ -36,8 +47,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from runners.engine.eventtime import joins
-from runners.engine.eventtime.watermark import LATE, EventTimeError, event_times
+from runners.engine.eventtime import grouping, joins
+from runners.engine.eventtime.watermark import LATE, Closed, EventTimeError, event_times
 from runners.engine.sources import DeadLetter, Split
 from runners.engine.state import codec
 
@@ -61,6 +72,13 @@ _CODE = "_code"
 _NEW = "_new"
 
 
+def _check_mode(output_mode: str) -> None:
+    if output_mode not in OUTPUT_MODES:
+        raise EventTimeError(
+            f"window output_mode must be one of {', '.join(OUTPUT_MODES)}, not {output_mode!r}"
+        )
+
+
 @dataclass(frozen=True)
 class Window:
     """Windows of `size_ms` starting every `slide_ms` (tumbling: slide = size)."""
@@ -79,19 +97,40 @@ class Window:
                 f"window slide {self.slide_ms} ms exceeds its size {self.size_ms} ms: records "
                 "between windows would belong to none"
             )
-        if self.output_mode not in OUTPUT_MODES:
-            raise EventTimeError(
-                f"window output_mode must be one of {', '.join(OUTPUT_MODES)}, "
-                f"not {self.output_mode!r}"
-            )
+        _check_mode(self.output_mode)
 
     @property
     def per_record(self) -> int:
         """How many windows a record can belong to."""
         return -(-self.size_ms // self.slide_ms)
 
+    def latest_end(self, ts: np.ndarray) -> np.ndarray:
+        """End of the latest window each event time belongs to."""
+        return ts // self.slide_ms * self.slide_ms + self.size_ms
+
     def describe(self) -> dict[str, Any]:
         return {"size_ms": self.size_ms, "slide_ms": self.slide_ms, "mode": self.output_mode}
+
+
+@dataclass(frozen=True)
+class SessionWindow:
+    """Sessions of a key: records less than `gap_ms` apart, ended `gap_ms` after the last."""
+
+    gap_ms: int
+    output_mode: str = "append"
+
+    def __post_init__(self) -> None:
+        value = self.gap_ms
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise EventTimeError(f"session gap_ms must be a positive int, not {value!r}")
+        _check_mode(self.output_mode)
+
+    def latest_end(self, ts: np.ndarray) -> np.ndarray:
+        """End of each record's own session ``[t, t + gap)``."""
+        return ts + self.gap_ms
+
+    def describe(self) -> dict[str, Any]:
+        return {"gap_ms": self.gap_ms, "mode": self.output_mode}
 
 
 def tumbling(size_ms: int, *, output_mode: str = "append") -> Window:
@@ -102,6 +141,12 @@ def tumbling(size_ms: int, *, output_mode: str = "append") -> Window:
 def sliding(size_ms: int, slide_ms: int, *, output_mode: str = "append") -> Window:
     """Windows of `size_ms` starting every `slide_ms` (Spark's ``window(ts, size, slide)``)."""
     return Window(size_ms, slide_ms, output_mode)
+
+
+def session(gap_ms: int, *, output_mode: str = "append") -> SessionWindow:
+    """Session windows closing `gap_ms` after a key's last record (Spark's
+    ``session_window(ts, gap)``, Flink's ``EventTimeSessionWindows.withGap``)."""
+    return SessionWindow(gap_ms, output_mode)
 
 
 def check(job: Job) -> None:
@@ -129,18 +174,13 @@ def check(job: Job) -> None:
 # -- reading: late records, event-time maxima --------------------------------------------
 
 
-def latest_end(window: Window, ts: np.ndarray) -> np.ndarray:
-    """End of the latest window each event time belongs to."""
-    return ts // window.slide_ms * window.slide_ms + window.size_ms
-
-
 def drop_late(
     job: Job, watermark_ms: int, table: pa.Table, split: Split
 ) -> tuple[pa.Table, list[DeadLetter], np.ndarray]:
     """(records to process, dead letters, event times of the valid records): records without
     an event time are dead letters ``missing event time``; with a window, records whose every
-    window ended at or before the watermark, and in an interval join records at or before
-    it, are dead letters ``late``."""
+    window (their own session) ended at or before the watermark, and in an interval join or
+    with deduplication records whose event time is at or before it, are dead letters ``late``."""
     assert job.event_time is not None
     column = job.event_time.column
     if column not in table.column_names:
@@ -158,8 +198,8 @@ def drop_late(
         positions = positions[np.asarray(valid.to_numpy(zero_copy_only=False), dtype=bool)]
     ts = event_times(table.column(column))
     if job.window is not None:
-        deadline = latest_end(job.window, ts)
-    elif joins.is_join(job):  # Spark drops a join's input rows at or below the watermark
+        deadline = job.window.latest_end(ts)
+    elif joins.is_join(job) or job.dedup_within_watermark:  # Spark drops their t <= W
         deadline = ts
     else:
         return table, dead, ts
@@ -197,21 +237,25 @@ def _combine_function(a: Aggregation) -> str:
 
 
 def partial(job: Job, table: pa.Table, watermark_ms: int) -> pa.Table:
-    """Per (key, window) partial aggregates of records (columns: keys, _kg, window_start, one
-    per aggregation, _seq = the first record's position): each record expanded to its windows
-    that end after the watermark."""
+    """Per (key, window) partial aggregates of records (columns: keys, _kg, window_start,
+    sessions also window_end, one per aggregation, _seq = the first record's position): each
+    record expanded to its windows that end after the watermark, or its own session merged
+    with the other records' of its key."""
     assert job.window is not None and job.event_time is not None
     window = job.window
     ts = event_times(table.column(job.event_time.column))
-    last = ts // window.slide_ms * window.slide_ms
-    k = window.per_record
-    rows = np.repeat(np.arange(len(ts), dtype=np.int64), k)
-    starts = (last[:, None] - np.arange(k, dtype=np.int64)[None, :] * window.slide_ms).ravel()
-    keep = (starts + window.size_ms > ts[rows]) & (starts + window.size_ms > watermark_ms)
-    if not keep.all():
-        rows, starts = rows[keep], starts[keep]
-    keys = [*job.key_columns, KG]
-    key_codes = pc.dictionary_encode(codec.lookup_key(table, job.key_columns)).indices
+    if isinstance(window, SessionWindow):
+        rows = np.arange(len(ts), dtype=np.int64)
+        starts, ends = ts, window.latest_end(ts)
+    else:
+        last = ts // window.slide_ms * window.slide_ms
+        k = window.per_record
+        rows = np.repeat(np.arange(len(ts), dtype=np.int64), k)
+        starts = (last[:, None] - np.arange(k, dtype=np.int64)[None, :] * window.slide_ms).ravel()
+        keep = (starts + window.size_ms > ts[rows]) & (starts + window.size_ms > watermark_ms)
+        if not keep.all():
+            rows, starts = rows[keep], starts[keep]
+        ends = starts + window.size_ms
     taken = pa.array(rows)
     columns: dict[str, tuple[pa.Array, str]] = {}
     for a in job.aggregations:
@@ -224,19 +268,20 @@ def partial(job: Job, table: pa.Table, watermark_ms: int) -> pa.Table:
                 values = values.cast(wide)
         columns[a.name] = (values, _combine_function(a))
     columns[SEQ] = (_array(table, SEQ).take(taken), "min")
-    codes = np.asarray(key_codes.to_numpy(zero_copy_only=False), dtype=np.int64)[rows]
-    _, window_starts, _, combined, firsts = _group_windows(
-        window.slide_ms, codes, starts, np.zeros(len(rows), dtype=np.int8), columns
-    )
-    out = table.select(keys).take(pa.array(rows[firsts]))
-    out = out.append_column(WINDOW_START, pa.array(window_starts, pa.int64()))
-    for name, column in combined.items():
-        out = out.append_column(name, column)
-    return out
+    return _grouped(job, table, rows, starts, ends, columns)
 
 
 def combine(job: Job, partials: pa.Table) -> pa.Table:
-    """Combine partials of several splits (a key and window may appear once per split)."""
+    """Combine partials of several splits (a key and window may appear once per split; a
+    key's sessions of several splits may overlap)."""
+    if isinstance(job.window, SessionWindow):
+        columns = {a.name: (_array(partials, a.name), _combine_function(a))
+                   for a in job.aggregations}  # fmt: skip
+        columns[SEQ] = (_array(partials, SEQ), "min")
+        starts = np.asarray(_array(partials, WINDOW_START).to_numpy(), dtype=np.int64)
+        ends = np.asarray(_array(partials, WINDOW_END).to_numpy(), dtype=np.int64)
+        rows = np.arange(partials.num_rows, dtype=np.int64)
+        return _grouped(job, partials, rows, starts, ends, columns)
     keys = [*job.key_columns, KG, WINDOW_START]
     grouped = partials.group_by(keys, use_threads=False).aggregate(
         [(a.name, _combine_function(a)) for a in job.aggregations] + [(SEQ, "min")]
@@ -248,22 +293,56 @@ def combine(job: Job, partials: pa.Table) -> pa.Table:
     return pa.table(out)
 
 
+def _grouped(
+    job: Job,
+    table: pa.Table,
+    rows: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    columns: dict[str, tuple[pa.Array, str]],
+) -> pa.Table:
+    """Partials of (table row, window) pairs combined per key and window."""
+    key_codes = pc.dictionary_encode(codec.lookup_key(table, job.key_columns)).indices
+    codes = np.asarray(key_codes.to_numpy(zero_copy_only=False), dtype=np.int64)[rows]
+    groups = _group(job, codes, starts, ends, np.zeros(len(rows), dtype=np.int8), columns)
+    out = table.select([*job.key_columns, KG]).take(pa.array(rows[groups.firsts]))
+    out = out.append_column(WINDOW_START, pa.array(groups.starts, pa.int64()))
+    if isinstance(job.window, SessionWindow):
+        out = out.append_column(WINDOW_END, pa.array(groups.ends, pa.int64()))
+    for name, column in groups.values.items():
+        out = out.append_column(name, column)
+    return out
+
+
+def _group(
+    job: Job,
+    codes: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    new: np.ndarray,
+    columns: dict[str, tuple[pa.Array, str]],
+) -> grouping.Groups:
+    """(code, window) rows combined: fixed windows by start, sessions merged."""
+    window = job.window
+    if isinstance(window, SessionWindow):
+        return grouping.sessions(codes, starts, ends, new, columns)
+    assert window is not None
+    return grouping.fixed_windows(window.size_ms, window.slide_ms, codes, starts, new, columns)
+
+
 # -- merging with the key groups' state, closing windows ---------------------------------
 
 
-@dataclass
-class Closed:
-    """What a reducer's windows did: emitted rows, and per key group it wrote the end of its
-    earliest open window (None: no window left)."""
-
-    outputs: list[pa.Table]
-    due: dict[int, int | None]
+def _bounds(job: Job) -> list[str]:
+    """The state's list columns bounding each window: its start (sessions: and end)."""
+    return [WINDOW_START, WINDOW_END] if isinstance(job.window, SessionWindow) else [WINDOW_START]
 
 
 def state_schema(job: Job, partials: pa.Schema) -> pa.Schema:
-    """The windowed state's columns: keys, window_start and one list per aggregation."""
+    """The windowed state's columns: keys, window_start (sessions: window_end) and one list
+    per aggregation."""
     fields = [partials.field(c) for c in job.key_columns]
-    fields.append(pa.field(WINDOW_START, pa.list_(pa.int64())))
+    fields += [pa.field(c, pa.list_(pa.int64())) for c in _bounds(job)]
     fields += [pa.field(a.name, pa.list_(partials.field(a.name).type)) for a in job.aggregations]
     return pa.schema(fields)
 
@@ -306,39 +385,112 @@ def reduce(
         writer.write(kg, old, new_state, delta)
         if emitted is not None and emitted.num_rows:
             closed.outputs.append(emitted)
-        firsts = pc.list_element(new_state.column(WINDOW_START), 0) if new_state.num_rows else None
-        closed.due[kg] = None if firsts is None else int(pc.min(firsts).as_py()) + _size(job)
+        ends = _first_ends(job, new_state)
+        closed.due[kg] = int(ends.min()) if len(ends) else None
     return closed
 
 
 def _empty_part(job: Job, schema: pa.Schema) -> pa.Table:
     """No input for a key group: partials with no rows, in the state's types."""
     fields = [schema.field(c) for c in job.key_columns]
-    fields.append(pa.field(WINDOW_START, pa.int64()))
+    fields += [pa.field(c, pa.int64()) for c in _bounds(job)]
     fields += [pa.field(a.name, schema.field(a.name).type.value_type) for a in job.aggregations]
     return pa.schema(fields).empty_table()
 
 
-def _size(job: Job) -> int:
-    assert job.window is not None
-    return int(job.window.size_ms)
+def _first_ends(job: Job, state: pa.Table) -> np.ndarray:
+    """Per state row, the end of its earliest window (windows and sessions are sorted)."""
+    if not state.num_rows:
+        return np.zeros(0, dtype=np.int64)
+    column = WINDOW_END if isinstance(job.window, SessionWindow) else WINDOW_START
+    first = pc.list_element(state.column(column), 0).to_numpy(zero_copy_only=False)
+    return np.asarray(first, dtype=np.int64) + _size(job)
 
 
 def _merge_key_group(
     job: Job, watermark_ms: int, state: pa.Table, part: pa.Table
 ) -> tuple[pa.Table, pa.Table, pa.Table | None] | None:
-    """(delta, new state, emitted rows) of one key group, or None when nothing changes."""
+    """(delta, new state, emitted rows) of one key group, or None when nothing changes.
+
+    The touched keys' windows the watermark passed close first (as Spark evicts them in the
+    no-data batch the moved watermark runs, before the next input): only the open ones merge
+    with the epoch's partials, whose windows all end after the watermark."""
     assert job.window is not None
     keys = list(job.key_columns)
-    size = job.window.size_ms
+    touched = _touched(job, watermark_ms, state, part)
+    if touched is None:
+        return None
+    old_rows, touched_keys = touched
+    # (code, window) rows: the touched keys' windows, then the epoch's partials
+    bounds = {c: old_rows.column(c).combine_chunks() for c in _bounds(job)}
+    old_codes = pc.list_parent_indices(bounds[WINDOW_START]).to_numpy()
+    part_codes = pc.index_in(
+        codec.lookup_key(part, keys), codec.lookup_key(touched_keys, keys)
+    ).to_numpy()
+    rows = {
+        c: np.concatenate([pc.list_flatten(column).to_numpy(), _array(part, c).to_numpy()])
+        for c, column in bounds.items()
+    }
+    codes = np.concatenate([old_codes, part_codes]).astype(np.int64)
+    starts = np.asarray(rows[WINDOW_START], dtype=np.int64)
+    ends = np.asarray(rows.get(WINDOW_END, starts + _size(job)), dtype=np.int64)
+    new = np.concatenate([np.zeros(len(old_codes), np.int8), np.ones(len(part_codes), np.int8)])
+    values = []
+    for a in job.aggregations:
+        old = pc.list_flatten(old_rows.column(a.name).combine_chunks())
+        values.append(pa.concat_arrays([old, _array(part, a.name).cast(old.type)]))
+
+    def group(mask: np.ndarray) -> grouping.Groups:
+        taken = pa.array(mask)
+        columns = {a.name: (v.filter(taken), _combine_function(a))
+                   for a, v in zip(job.aggregations, values, strict=True)}  # fmt: skip
+        return _group(job, codes[mask], starts[mask], ends[mask], new[mask], columns)
+
+    closing = ends <= watermark_ms  # only state rows: the partials end after the watermark
+    groups = group(~closing)
+    if job.window.output_mode == "append":
+        emitted = _rows(touched_keys, group(closing), None)
+    else:
+        emitted = _rows(touched_keys, groups, groups.changed)
+    delta = _open_windows(job, state.schema, touched_keys, groups)
+    return delta, codec.apply_delta(state, delta, keys), emitted
+
+
+def _size(job: Job) -> int:
+    """A fixed window's size (sessions: 0, their ends are stored)."""
+    return 0 if isinstance(job.window, SessionWindow) else int(job.window.size_ms)
+
+
+def _rows(keys: pa.Table, groups: grouping.Groups, emit: np.ndarray | None) -> pa.Table | None:
+    """Output rows of the windows of `groups` (those `emit` selects): key column(s),
+    window_start, window_end, one column per aggregation."""
+    if emit is None:
+        emit = np.ones(len(groups.codes), dtype=bool)
+    if not emit.any():
+        return None
+    mask = pa.array(emit)
+    out = keys.take(pa.array(groups.codes[emit]))
+    out = out.append_column(WINDOW_START, pa.array(groups.starts[emit], pa.int64()))
+    out = out.append_column(WINDOW_END, pa.array(groups.ends[emit], pa.int64()))
+    for name, column in groups.values.items():
+        out = out.append_column(name, column.filter(mask))
+    return out
+
+
+def _touched(
+    job: Job, watermark_ms: int, state: pa.Table, part: pa.Table
+) -> tuple[pa.Table, pa.Table] | None:
+    """(the state rows of the keys the epoch changes, every such key: those rows' keys, then
+    the input's new keys in first-appearance order), or None when no key changes. A key
+    changes when the input brings it or the watermark passed the end of its earliest window."""
+    keys = list(job.key_columns)
     # keys of the input in first-appearance order (the partials are sorted by first position)
     part_lookup = codec.lookup_key(part, keys)
     part_keys = pc.unique(part_lookup)
     touched = np.zeros(state.num_rows, dtype=bool)
     if state.num_rows:
         state_lookup = codec.lookup_key(state, keys)
-        first = pc.list_element(state.column(WINDOW_START), 0).to_numpy(zero_copy_only=False)
-        touched = first + size <= watermark_ms
+        touched = _first_ends(job, state) <= watermark_ms
         if len(part_keys):
             touched |= np.asarray(pc.is_in(state_lookup, part_keys).to_numpy(False), dtype=bool)
         known = pc.is_in(part_keys, state_lookup)
@@ -352,94 +504,24 @@ def _merge_key_group(
     touched_keys = pa.concat_tables(
         [old_rows.select(keys), new_keys.cast(old_rows.select(keys).schema)]
     )
-    if not touched_keys.num_rows:
-        return None
-    # (code, window) rows: the touched keys' open windows, then the epoch's partials
-    starts = old_rows.column(WINDOW_START).combine_chunks()
-    old_codes = pc.list_parent_indices(starts).to_numpy()
-    part_codes = pc.index_in(part_lookup, codec.lookup_key(touched_keys, keys)).to_numpy()
-    rows = {
-        _CODE: np.concatenate([old_codes, part_codes]).astype(np.int64),
-        WINDOW_START: pa.concat_arrays([pc.list_flatten(starts), _array(part, WINDOW_START)]),
-        _NEW: np.concatenate(
-            [np.zeros(len(old_codes), np.int8), np.ones(len(part_codes), np.int8)]
-        ),
-    }
-    for a in job.aggregations:
-        values = pc.list_flatten(old_rows.column(a.name).combine_chunks())
-        rows[a.name] = pa.concat_arrays([values, _array(part, a.name).cast(values.type)])
-    codes, window_starts, changed, values, _ = _group_windows(
-        job.window.slide_ms,
-        rows[_CODE], np.asarray(rows[WINDOW_START].to_numpy(), dtype=np.int64), rows[_NEW],
-        {a.name: (rows[a.name], _combine_function(a)) for a in job.aggregations},
-    )  # fmt: skip
-    closing = window_starts + size <= watermark_ms
-    emit = closing if job.window.output_mode == "append" else changed & ~closing
-    emitted = None
-    if emit.any():
-        mask = pa.array(emit)
-        emitted = touched_keys.take(pa.array(codes[emit]))
-        emitted = emitted.append_column(WINDOW_START, pa.array(window_starts[emit]))
-        emitted = emitted.append_column(WINDOW_END, pa.array(window_starts[emit] + size))
-        for name, column in values.items():
-            emitted = emitted.append_column(name, column.filter(mask))
-    # the open windows left, as one list per key
-    keep = ~closing
-    left_codes = codes[keep]
-    counts = np.bincount(left_codes, minlength=touched_keys.num_rows)
+    return (old_rows, touched_keys) if touched_keys.num_rows else None
+
+
+def _open_windows(job: Job, schema: pa.Schema, keys: pa.Table, groups: grouping.Groups) -> pa.Table:
+    """The delta of the touched keys: their open windows, as one list per key (a key without
+    any is deleted)."""
+    counts = np.bincount(groups.codes, minlength=keys.num_rows)
     offsets = pa.array(np.concatenate([[0], np.cumsum(counts)]).astype(np.int32))
-    delta = touched_keys
-    schema = state.schema
-    delta = delta.append_column(
-        schema.field(WINDOW_START),
-        pa.ListArray.from_arrays(offsets, pa.array(window_starts[keep], pa.int64())),
-    )
-    mask = pa.array(keep)
+    delta = keys
+    bounds = {WINDOW_START: groups.starts, WINDOW_END: groups.ends}
+    for c in _bounds(job):
+        flat = pa.array(bounds[c], pa.int64())
+        delta = delta.append_column(schema.field(c), pa.ListArray.from_arrays(offsets, flat))
     for a in job.aggregations:
         field = schema.field(a.name)
-        flat = values[a.name].filter(mask).cast(field.type.value_type)
+        flat = groups.values[a.name].cast(field.type.value_type)
         delta = delta.append_column(field, pa.ListArray.from_arrays(offsets, flat))
-    flags = counts == 0
-    delta = codec.with_deleted(delta, flags)
-    new_state = codec.apply_delta(state, delta, keys)
-    return delta, new_state, emitted
-
-
-def _group_windows(
-    slide: int,
-    codes: np.ndarray,
-    starts: np.ndarray,
-    new: np.ndarray,
-    columns: dict[str, tuple[pa.Array, str]],
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, pa.Array], np.ndarray]:
-    """Rows combined per (code, window start), sorted by both: (codes, starts, whether any row
-    was new, each column combined by its function — sum, min or max; null when every value of
-    the group is null —, the index of each group's first row). numpy over one stable sort: a
-    hash aggregation's fixed cost per call would dominate the many small key groups."""
-    # one int64 sort key: windows of a group are slides apart (the sort is deterministic for
-    # the same rows, whatever the parallelism or routing that brought them)
-    slots = (starts - starts.min(initial=0)) // slide if len(starts) else starts
-    order = np.argsort(codes * (int(slots.max(initial=0)) + 1) + slots)
-    codes, starts = codes[order], starts[order]
-    edge = np.ones(len(codes), dtype=bool)
-    edge[1:] = (codes[1:] != codes[:-1]) | (starts[1:] != starts[:-1])
-    first = np.flatnonzero(edge)
-    if not len(first):
-        empty = {name: column.slice(0, 0) for name, (column, _) in columns.items()}
-        return codes, starts, new.astype(bool)[:0], empty, first
-    combined = {}
-    for name, (column, function) in columns.items():
-        column = column.take(pa.array(order))
-        valid = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
-        numeric = np.iinfo if pa.types.is_integer(column.type) else np.finfo
-        dtype = column.type.to_pandas_dtype()
-        identity = {"sum": 0, "min": numeric(dtype).max, "max": numeric(dtype).min}[function]
-        values = np.asarray(column.fill_null(identity).to_numpy(), dtype=dtype)
-        reduce = {"sum": np.add, "min": np.minimum, "max": np.maximum}[function]
-        present = np.logical_or.reduceat(valid, first)
-        combined[name] = pa.array(reduce.reduceat(values, first), mask=~present, type=column.type)
-    changed = np.maximum.reduceat(new[order], first).astype(bool)
-    return codes[first], starts[first], changed, combined, order[first]
+    return codec.with_deleted(delta, counts == 0)
 
 
 def _array(table: pa.Table, column: str) -> pa.Array:
