@@ -19,6 +19,8 @@ from runners.engine.state import EpochContext, KeyedState
 ProcessFn = Callable[
     [Any, list[dict[str, Any]], KeyedState, EpochContext], Iterable[dict[str, Any]]
 ]
+#: ``on_timer(key, timestamp_ms, state, ctx) -> rows`` (``ctx.timer_domain``: which fired)
+TimerFn = Callable[[Any, int, KeyedState, EpochContext], Iterable[dict[str, Any]]]
 
 
 class JobError(ValueError):
@@ -52,6 +54,8 @@ class Job:
     event_time: EventTime | None = None
     #: tumbling or sliding event-time windows of the aggregations (needs `event_time`)
     window: Window | None = None
+    #: the per-key function's timer callback (needs `process`; ``ctx.timers`` registers)
+    on_timer: TimerFn | None = None
 
     def __post_init__(self) -> None:
         self.sinks = list(self.sinks)
@@ -84,6 +88,21 @@ class Job:
             check_window(self)
         except EventTimeError as exc:
             raise JobError(str(exc)) from None
+        self._check_on_timer()
+
+    def _check_on_timer(self) -> None:
+        if self.on_timer is None:
+            return
+        if self.process is None:
+            raise JobError(
+                f"job {self.name!r}: on_timer runs with a per-key function: give process=fn "
+                "(aggregate=[…] and windows have no timers)"
+            )
+        if not callable(self.on_timer):
+            raise JobError(
+                f"job {self.name!r}: on_timer must be a function (key, timestamp_ms, state, "
+                f"ctx) -> rows, not {self.on_timer!r}"
+            )
 
     @property
     def key_columns(self) -> tuple[str, ...]:
