@@ -55,7 +55,12 @@ from bench import windows_timers as timers
 from bench.checksum import from_arrays
 from bench.datagen import key_strings
 from bench.engine import DRIVER_MEMORY, REPO_ROOT, effective_jvm
-from bench.spark_peers import ROCKSDB_PROVIDER
+from bench.spark_peers import (
+    ROCKSDB_PROVIDER,
+    WINDOW_ROWS,
+    run_append_stream,
+    watermarked_source,
+)
 from bench.timing import code_version
 
 if TYPE_CHECKING:
@@ -204,56 +209,13 @@ def run_spark(
 ) -> tuple[float, pa.Table, dict[str, Any]]:
     from pyspark.sql import functions as F
 
-    checkpoint, out = work / "spark-checkpoint", work / "spark-out"
-    for path in (checkpoint, out):
-        shutil.rmtree(path, ignore_errors=True)
-
-    def sink(batch: Any, batch_id: int) -> None:
-        batch.write.mode("overwrite").parquet(str(out / str(batch_id)))
-
     stream = (
-        spark.readStream.schema("key STRING, value BIGINT, ts BIGINT")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(data.directory))
-        .withColumn("t", F.timestamp_millis("ts"))
-        .withWatermark("t", f"{DELAY_MS // 1000} seconds")
+        watermarked_source(spark, data.directory, DELAY_MS)
         .groupBy(F.window("t", f"{SIZE_MS // 1000} seconds", f"{SLIDE_MS // 1000} seconds"), "key")
         .agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("sum_value"))
         .select("key", F.unix_millis("window.start").alias("window_start"), "count", "sum_value")
     )
-    t0 = time.perf_counter()
-    query = (
-        stream.writeStream.outputMode("append")
-        .foreachBatch(sink)
-        .trigger(availableNow=True)
-        .option("checkpointLocation", str(checkpoint))
-        .queryName("bench_windows")
-        .start()
-    )
-    query.awaitTermination()
-    seconds = time.perf_counter() - t0
-    if query.exception() is not None:
-        raise RuntimeError(f"spark_windowed failed: {query.exception()}")
-    progress = sorted(query.recentProgress, key=lambda p: p["batchId"])
-    detail = {
-        "batches": len(progress),
-        "batch_s": [round(p["durationMs"]["triggerExecution"] / 1000, 3) for p in progress],
-        "rows_in": sum(int(p["numInputRows"]) for p in progress),
-    }
-    batches = [p for p in out.iterdir() if p.name.isdigit()] if out.exists() else []
-    table = pa.concat_tables([pq.read_table(str(p)) for p in batches]) if batches else None
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    shutil.rmtree(out, ignore_errors=True)
-    if table is None:
-        table = pa.table(
-            {
-                "key": pa.array([], pa.string()),
-                "window_start": pa.array([], pa.int64()),
-                "count": pa.array([], pa.int64()),
-                "sum_value": pa.array([], pa.int64()),
-            }
-        )
-    return seconds, table, detail
+    return run_append_stream(stream, work, "spark_windowed", WINDOW_ROWS)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -26,7 +26,6 @@ both variants and a numpy reference from the generator's arrays.
 from __future__ import annotations
 
 import shutil
-import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,9 +33,15 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from bench.spark_peers import PROVIDER_CONF, ROCKSDB_PROVIDER, _silence_loggers
+from bench.spark_peers import (
+    PROVIDER_CONF,
+    ROCKSDB_PROVIDER,
+    WINDOW_ROWS,
+    _silence_loggers,
+    run_append_stream,
+    watermarked_source,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -173,24 +178,11 @@ class TimerWindows(StatefulProcessor):  # type: ignore[misc,valid-type]
 def run_spark(
     spark: SparkSession, directory: Path, delay_ms: int, work: Path
 ) -> tuple[float, pa.Table, dict[str, Any]]:
-    from pyspark.sql import functions as F
-
-    checkpoint, out = work / "tws-checkpoint", work / "tws-out"
-    for path in (checkpoint, out):
-        shutil.rmtree(path, ignore_errors=True)
-
-    def sink(batch: Any, batch_id: int) -> None:
-        batch.write.mode("overwrite").parquet(str(out / str(batch_id)))
-
     _silence_loggers(spark)
     spark.conf.set(PROVIDER_CONF, ROCKSDB_PROVIDER)
     try:
         stream = (
-            spark.readStream.schema("key STRING, value BIGINT, ts BIGINT")
-            .option("maxFilesPerTrigger", 1)
-            .parquet(str(directory))
-            .withColumn("t", F.timestamp_millis("ts"))
-            .withWatermark("t", f"{delay_ms // 1000} seconds")
+            watermarked_source(spark, directory, delay_ms)
             .groupBy("key")
             .transformWithStateInPandas(
                 statefulProcessor=TimerWindows(),
@@ -199,36 +191,6 @@ def run_spark(
                 timeMode="EventTime",
             )
         )
-        t0 = time.perf_counter()
-        query = (
-            stream.writeStream.outputMode("append")
-            .foreachBatch(sink)
-            .trigger(availableNow=True)
-            .option("checkpointLocation", str(checkpoint))
-            .queryName("bench_windows_timers")
-            .start()
-        )
-        query.awaitTermination()
-        seconds = time.perf_counter() - t0
+        return run_append_stream(stream, work, "spark_transform_with_state", WINDOW_ROWS)
     finally:
         spark.conf.unset(PROVIDER_CONF)
-    if query.exception() is not None:
-        raise RuntimeError(f"spark_transform_with_state failed: {query.exception()}")
-    progress = sorted(query.recentProgress, key=lambda p: p["batchId"])
-    detail = {
-        "batches": len(progress),
-        "batch_s": [round(p["durationMs"]["triggerExecution"] / 1000, 3) for p in progress],
-        "rows_in": sum(int(p["numInputRows"]) for p in progress),
-    }
-    batches = [p for p in out.iterdir() if p.name.isdigit()] if out.exists() else []
-    tables = [pq.read_table(str(p)) for p in batches]
-    schema = pa.schema([("key", pa.string()), ("window_start", pa.int64()),
-                        ("count", pa.int64()), ("sum_value", pa.int64())])  # fmt: skip
-    table = pa.concat_tables([t.cast(schema) for t in tables]) if tables else schema.empty_table()
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    shutil.rmtree(out, ignore_errors=True)
-    return seconds, table, detail
-
-
-def median_or_none(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
