@@ -15,7 +15,7 @@ import pytest
 from runners.engine import EpochRunner, Job, JobError, read_output, sources
 from runners.engine import aggregations as agg
 from runners.engine.state.timers import TimerError, Timers
-from runners.engine.state_ops import new_branch_commit
+from runners.engine.state_ops import new_branch_commit, rehash
 from snapshots_store import Repository
 from tests.engine.test_windows import _chain, _ipc, _run
 from tests.engine.timers_data import COLUMNS, LAYOUT, on_timer, process, reference, timer_job
@@ -152,6 +152,23 @@ def test_rollback_and_fork_replay_the_same_timers(
     for branch in ("main", "fork"):
         assert _ipc(_output(repo, branch)) == _ipc(_output(timer_run)), branch
         assert _timer_docs(repo, branch) == _timer_docs(timer_run), branch
+
+
+def test_rehash_to_another_max_parallelism_moves_the_timers_with_their_keys(
+    spark: Any, timer_dir: str, timer_run: Repository, tmp_path: Path
+) -> None:
+    repo = Repository.open(f"file://{tmp_path}/store", "rehashed")
+    EpochRunner(spark, timer_job(timer_dir), repo=repo, parallelism=2).run(max_epochs=3)
+    head = repo.resolve("main")
+    before = repo.read_manifest(head).extra["timers"]
+    new = rehash(repo, head, 64, branch="main", operation_id="op-rh", reason="test")
+    moved = repo.read_manifest(new)
+    assert moved.kind == "migration" and moved.extra["timers"] == before  # carried as it was
+    EpochRunner(spark, timer_job(timer_dir), repo=repo, parallelism=3).run()
+    assert _ipc(_output(repo)) == _ipc(_output(timer_run))
+    # the same timers fired and stayed pending, epoch by epoch; the document is now M = 64's
+    assert [d[:4] for d in _timer_docs(repo)] == [d[:4] for d in _timer_docs(timer_run)]
+    assert _chain(repo)[-1].extra["timers"]["max_parallelism"] == 64
 
 
 def _tick(key: str, records: list[dict[str, Any]], state: Any, ctx: Any) -> list[dict[str, Any]]:
