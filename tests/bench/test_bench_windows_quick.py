@@ -21,7 +21,7 @@ from tests.conftest import require_service
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.spark
+pytestmark = [pytest.mark.spark, pytest.mark.slow]  # a JVM of its own, ~2 min under load
 
 
 def test_bench_windows_both_parts_quick(tmp_path: Path) -> None:
