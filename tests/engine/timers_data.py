@@ -12,6 +12,7 @@ timer `TICK_MS` ahead of the epoch that set it (a negative value resets it), whi
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -20,6 +21,7 @@ import pandas as pd
 from runners.engine import Job, sources
 from runners.engine.eventtime import EventTime
 from runners.engine.state import EpochContext, KeyedState
+from tests.engine.jobs import DATA_ENV, SLOW_ENV, SlowParquet
 from tests.engine.windows_data import DELAY_MS, Layout
 
 WINDOW_MS = 10_000
@@ -86,6 +88,14 @@ def timer_job(directory: str, **overrides: object) -> Job:
     }
     options.update(overrides)
     return Job(**options)  # type: ignore[arg-type]
+
+
+def crash_timer_job() -> Job:
+    """The timers job of the crash test (entry point ``timer-job``): input from
+    $EPOCHAL_TEST_DATA, each split read $EPOCHAL_TEST_SLOW_S slower so a kill lands mid-epoch."""
+    directory = os.environ[DATA_ENV]
+    slow = float(os.environ.get(SLOW_ENV, "0"))
+    return timer_job(directory, source=SlowParquet(directory, rows_per_split=150, delay_s=slow))
 
 
 def reference(frames: list[pd.DataFrame]) -> tuple[pd.DataFrame, list[int]]:
