@@ -219,3 +219,21 @@ def test_processing_time_timers_without_event_time_fire_in_epochs_without_input(
     assert chain[-1].extra["timers"]["pending"] == {} and "event_time" not in chain[-1].extra
     # the keys whose only state was a timer are gone from the state
     assert chain[-1].stats["timers_pending"] == 0
+
+
+def _event_timer(key: str, records: list[dict[str, Any]], state: Any, ctx: Any) -> list[Any]:
+    ctx.timers.register_event_time(records[0]["value"])
+    return []
+
+
+def test_an_event_time_timer_without_event_time_fails_the_epoch_naming_the_fix(
+    spark: Any, tmp_path: Path
+) -> None:
+    directory = tmp_path / "in"
+    sources.write_parquet_file(str(directory), "part-0", pa.table({"key": ["a"], "value": [5]}))
+    job = Job(name="no-watermark", source=sources.ParquetDirectory(str(directory)), key="key",
+              process=_event_timer, on_timer=_ticked)  # fmt: skip
+    repo = Repository.open(f"file://{tmp_path}/store", "no-watermark")
+    with pytest.raises(Exception, match=r"an event-time timer needs a watermark: declare"):
+        EpochRunner(spark, job, repo=repo, parallelism=1).run()
+    assert repo.read_ref("heads/main") is None  # nothing committed
