@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+import pyarrow as pa
 
 from bench.checksum import Checksum, checksum_arrow
 from bench.datagen import SPARK_SCHEMA_DDL, EpochSet
@@ -51,6 +52,11 @@ PROVIDER_CONF = "spark.sql.streaming.stateStore.providerClass"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 OUTPUT_DDL = "key STRING, count BIGINT, sum_value BIGINT, max_value BIGINT"
 STATE_DDL = "count BIGINT, sum_value BIGINT, max_value BIGINT"
+#: the rows bench.windows' variants emit (key, window start ms, count, sum)
+WINDOW_ROWS = pa.schema(
+    [("key", pa.string()), ("window_start", pa.int64()), ("count", pa.int64()),
+     ("sum_value", pa.int64())]
+)  # fmt: skip
 
 # Spark 4.3 logs a WARN line for every ValueState.get() on a key that has no value yet (once per
 # new key: hundreds of thousands of lines on a first batch). These are the loggers to silence.
@@ -91,30 +97,21 @@ def written_checksums(out: Path) -> list[Checksum]:
     return [checksum_arrow(pq.read_table(str(path))) for _, path in batches]
 
 
-def _stream(
-    spark: SparkSession,
-    epochs: EpochSet,
-    name: str,
-    build: Any,
-    checkpoint: Path,
-) -> VariantResult:
-    """Run one availableNow streaming query over `epochs`, one file per micro-batch."""
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    out = checkpoint.with_name(checkpoint.name + "-out")
-    shutil.rmtree(out, ignore_errors=True)
+def _run_query(
+    stream: DataFrame, mode: str, checkpoint: Path, out: Path, name: str
+) -> tuple[float, Any]:
+    """Start `stream` afresh (`checkpoint`, `out` emptied) with ``trigger(availableNow=True)``
+    and a ``foreachBatch`` sink writing batch n to ``out/n`` as Parquet; wait for its end:
+    (wall seconds from start(), the query). A failed query raises."""
+    for path in (checkpoint, out):
+        shutil.rmtree(path, ignore_errors=True)
 
     def sink(batch: DataFrame, batch_id: int) -> None:
         batch.write.mode("overwrite").parquet(str(out / str(batch_id)))
 
-    source = (
-        spark.readStream.schema(SPARK_SCHEMA_DDL)
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(epochs.directory))
-    )
     t0 = time.perf_counter()
     query = (
-        build(source)
-        .writeStream.outputMode("update")
+        stream.writeStream.outputMode(mode)
         .foreachBatch(sink)
         .trigger(availableNow=True)
         .option("checkpointLocation", str(checkpoint))
@@ -125,6 +122,24 @@ def _stream(
     seconds = time.perf_counter() - t0
     if query.exception() is not None:
         raise RuntimeError(f"{name} failed: {query.exception()}")
+    return seconds, query
+
+
+def _stream(
+    spark: SparkSession,
+    epochs: EpochSet,
+    name: str,
+    build: Any,
+    checkpoint: Path,
+) -> VariantResult:
+    """Run one availableNow streaming query over `epochs`, one file per micro-batch."""
+    out = checkpoint.with_name(checkpoint.name + "-out")
+    source = (
+        spark.readStream.schema(SPARK_SCHEMA_DDL)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(epochs.directory))
+    )
+    seconds, query = _run_query(build(source), "update", checkpoint, out, name)
     progress = sorted(
         (p for p in query.recentProgress if p.get("numInputRows", 0) > 0),
         key=lambda p: p["batchId"],
@@ -252,3 +267,41 @@ def run_spark_tws_row(spark: SparkSession, epochs: EpochSet, checkpoint: Path) -
         return _stream(spark, epochs, "spark_tws_row", _tws_row, checkpoint)
     finally:
         spark.conf.unset(PROVIDER_CONF)
+
+
+def watermarked_source(spark: SparkSession, directory: Path, delay_ms: int) -> DataFrame:
+    """The event-time input of bench.windows: one Parquet file per micro-batch, ``t`` the
+    timestamp of ``ts`` (ms) with a watermark `delay_ms` behind."""
+    from pyspark.sql import functions as F
+
+    return (
+        spark.readStream.schema("key STRING, value BIGINT, ts BIGINT")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(directory))
+        .withColumn("t", F.timestamp_millis("ts"))
+        .withWatermark("t", f"{delay_ms // 1000} seconds")
+    )
+
+
+def run_append_stream(
+    stream: DataFrame, work: Path, name: str, schema: pa.Schema
+) -> tuple[float, pa.Table, dict[str, Any]]:
+    """Run an append-mode query ``trigger(availableNow=True)`` with a ``foreachBatch`` sink
+    writing each batch to Parquet under `work`: (wall seconds from start() to its end, the rows
+    written as a pyarrow table of `schema`, the batches' figures)."""
+    import pyarrow.parquet as pq
+
+    checkpoint, out = work / f"{name}-checkpoint", work / f"{name}-out"
+    seconds, query = _run_query(stream, "append", checkpoint, out, name)
+    progress = sorted(query.recentProgress, key=lambda p: p["batchId"])
+    detail = {
+        "batches": len(progress),
+        "batch_s": [round(p["durationMs"]["triggerExecution"] / 1000, 3) for p in progress],
+        "rows_in": sum(int(p["numInputRows"]) for p in progress),
+    }
+    batches = [p for p in out.iterdir() if p.name.isdigit()] if out.exists() else []
+    tables = [pq.read_table(str(p)).select(schema.names).cast(schema) for p in batches]
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    shutil.rmtree(out, ignore_errors=True)
+    return seconds, table, detail

@@ -1,5 +1,9 @@
 """Sliding-window count/sum with a watermark in append mode: the engine against Spark
-Structured Streaming's built-in windowed aggregation, on the same input in the same process.
+Structured Streaming's built-in windowed aggregation, on the same input in the same process
+(part ``windows``); and tumbling windows written with event-time timers in a per-key function
+against Spark's ``transformWithStateInPandas`` with event-time timers (part ``timers``,
+bench/windows_timers.py: ``ratio_vs_spark_transform_with_state``, target ≥ 10). ``--parts``
+picks them (default both).
 
 Input: `--epochs` Parquet files of `--records` records each (one file = one epoch = one Spark
 micro-batch), keys drawn uniformly from `--keys`, event times of epoch e spread over the minute
@@ -20,7 +24,10 @@ Figure: ``ratio_vs_spark_windowed`` = Spark's wall seconds ÷ the engine's, from
 the run until its last row is durably written, per run; the verdict is the median over
 `--runs` runs (each runs both variants). Checks: the checksum of all emitted rows (key, window,
 count, sum) is equal for both variants and for a numpy reference computed from the generator's
-arrays; the engine dropped no record as late. Exit status 1 when a check fails.
+arrays; the engine dropped no record as late. The timers part: `--timer-keys`,
+`--timer-records`, `--timer-epochs` (default 10,000 / 20,000 / 4: a few minutes per run on a
+loaded 2-core box, Spark's peer being the slow side), the same checks against a tumbling
+reference. Exit status 1 when a check fails.
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,9 +51,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from bench import windows_timers as timers
 from bench.checksum import from_arrays
 from bench.datagen import key_strings
 from bench.engine import DRIVER_MEMORY, REPO_ROOT, effective_jvm
+from bench.spark_peers import (
+    ROCKSDB_PROVIDER,
+    WINDOW_ROWS,
+    run_append_stream,
+    watermarked_source,
+)
 from bench.timing import code_version
 
 if TYPE_CHECKING:
@@ -116,23 +131,25 @@ def key_crc(keys: int) -> np.ndarray:
     )
 
 
-def reference_checksum(data: Input, crc: np.ndarray) -> dict[str, int]:
+def reference_checksum(
+    data: Input, crc: np.ndarray, *, size_ms: int = SIZE_MS, slide_ms: int = SLIDE_MS
+) -> dict[str, int]:
     """Every (key, window) that ends at or before the final watermark, from the arrays."""
     parts, high = [], np.iinfo(np.int64).min
     for e in range(data.epochs):
         ids, values, ts = data.arrays(e)
         high = max(high, int(ts.max()))
-        last = ts // SLIDE_MS * SLIDE_MS
-        for back in range(-(-SIZE_MS // SLIDE_MS)):
-            start = last - back * SLIDE_MS
-            inside = start + SIZE_MS > ts
+        last = ts // slide_ms * slide_ms
+        for back in range(-(-size_ms // slide_ms)):
+            start = last - back * slide_ms
+            inside = start + size_ms > ts
             parts.append((ids[inside], start[inside], values[inside]))
     ids = np.concatenate([p[0] for p in parts])
     starts = np.concatenate([p[1] for p in parts])
     values = np.concatenate([p[2] for p in parts])
-    closed = starts + SIZE_MS <= high - DELAY_MS
+    closed = starts + size_ms <= high - DELAY_MS
     ids, starts, values = ids[closed], starts[closed], values[closed]
-    slot = (starts - BASE_TS) // SLIDE_MS + 2
+    slot = (starts - BASE_TS) // slide_ms + 2
     pair = ids.astype(np.int64) * (int(slot.max()) + 1) + slot
     uniq, inverse = np.unique(pair, return_inverse=True)
     counts = np.bincount(inverse).astype(np.int64)
@@ -199,72 +216,182 @@ def run_spark(
         window, column = F.window("t", size, slide), "window"
     else:
         window, column = F.session_window("t", f"{gap_ms} milliseconds"), "session_window"
-
-    checkpoint, out = work / "spark-checkpoint", work / "spark-out"
-    for path in (checkpoint, out):
-        shutil.rmtree(path, ignore_errors=True)
-
-    def sink(batch: Any, batch_id: int) -> None:
-        batch.write.mode("overwrite").parquet(str(out / str(batch_id)))
-
     stream = (
-        spark.readStream.schema("key STRING, value BIGINT, ts BIGINT")
-        .option("maxFilesPerTrigger", 1)
-        .parquet(str(data.directory))
-        .withColumn("t", F.timestamp_millis("ts"))
-        .withWatermark("t", f"{DELAY_MS // 1000} seconds")
+        watermarked_source(spark, data.directory, DELAY_MS)
         .groupBy(window, "key")
         .agg(F.count(F.lit(1)).alias("count"), F.sum("value").alias("sum_value"))
         .select("key", F.unix_millis(f"{column}.start").alias("window_start"), "count", "sum_value")
     )
-    t0 = time.perf_counter()
-    query = (
-        stream.writeStream.outputMode("append")
-        .foreachBatch(sink)
-        .trigger(availableNow=True)
-        .option("checkpointLocation", str(checkpoint))
-        .queryName("bench_windows")
-        .start()
-    )
-    query.awaitTermination()
-    seconds = time.perf_counter() - t0
-    if query.exception() is not None:
-        raise RuntimeError(f"spark {column} failed: {query.exception()}")
-    progress = sorted(query.recentProgress, key=lambda p: p["batchId"])
-    detail = {
-        "batches": len(progress),
-        "batch_s": [round(p["durationMs"]["triggerExecution"] / 1000, 3) for p in progress],
-        "rows_in": sum(int(p["numInputRows"]) for p in progress),
-    }
-    batches = [p for p in out.iterdir() if p.name.isdigit()] if out.exists() else []
-    table = pa.concat_tables([pq.read_table(str(p)) for p in batches]) if batches else None
-    shutil.rmtree(checkpoint, ignore_errors=True)
-    shutil.rmtree(out, ignore_errors=True)
-    if table is None:
-        table = pa.table(
-            {
-                "key": pa.array([], pa.string()),
-                "window_start": pa.array([], pa.int64()),
-                "count": pa.array([], pa.int64()),
-                "sum_value": pa.array([], pa.int64()),
-            }
-        )
-    return seconds, table, detail
+    return run_append_stream(stream, work, f"spark_{column}", WINDOW_ROWS)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.windows", description=__doc__.split("\n")[0])
+    p.add_argument("--parts", default="windows,timers", help="windows, timers or both")
     p.add_argument("--keys", type=int, default=1_000_000)
     p.add_argument("--records", type=int, default=1_000_000, help="records per epoch")
     p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--timer-keys", type=int, default=10_000, help="timers part: distinct keys")
+    p.add_argument("--timer-records", type=int, default=20_000, help="timers part: per epoch")
+    p.add_argument("--timer-epochs", type=int, default=4, help="timers part: epochs")
     p.add_argument("--runs", type=int, default=3, help="runs of both variants (verdict: median)")
     p.add_argument("--master", default="local[2]")
     p.add_argument("--work-dir", help="data and stores (kept when given)")
     args = p.parse_args(argv)
-    for name in ("keys", "records", "epochs", "runs"):
+    for name in (
+        "keys",
+        "records",
+        "epochs",
+        "timer_keys",
+        "timer_records",
+        "timer_epochs",
+        "runs",
+    ):
         if getattr(args, name) < 1:
-            p.error(f"--{name} must be at least 1")
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    args.parts = [x.strip() for x in args.parts.split(",") if x.strip()]
+    unknown = set(args.parts) - {"windows", "timers"}
+    if unknown or not args.parts:
+        p.error(f"--parts takes windows and/or timers, not {sorted(unknown) or args.parts}")
     return args
+
+
+Variant = Callable[[int], tuple[float, pa.Table, dict[str, Any]]]
+
+
+def compare(
+    variants: dict[str, Variant],
+    runs: int,
+    expected: dict[str, int],
+    keys: int,
+    ratio: str,
+    problems: list[str],
+) -> list[dict[str, Any]]:
+    """Every run of the variants (the first is the engine, the second the peer; the order
+    alternates), with checksums checked against `expected`; `ratio` = peer s ÷ engine s."""
+    names, crc = key_strings(keys), key_crc(keys)
+    engine, peer = list(variants)
+    figures_of_runs = []
+    for run in range(1, runs + 1):
+        order = (engine, peer) if run % 2 else (peer, engine)
+        figures: dict[str, Any] = {"run": run, "order": list(order)}
+        for variant in order:
+            load = os.getloadavg()
+            seconds, table, detail = variants[variant](run)
+            checksum = _table_checksum(table, names, crc)
+            figures[variant] = {
+                "seconds": round(seconds, 3),
+                "checksum": checksum,
+                "loadavg_before": [round(x, 2) for x in load],
+                **detail,
+            }
+            log(f"run {run} {variant}: {seconds:.2f} s, {checksum['rows']:,} rows")
+            if checksum != expected:
+                problems.append(f"run {run} {variant}: checksum {checksum} != reference {expected}")
+        if figures[engine].get("late_records"):
+            problems.append(f"run {run} {engine}: {figures[engine]['late_records']} late records")
+        figures[ratio] = round(figures[peer]["seconds"] / figures[engine]["seconds"], 3)
+        figures_of_runs.append(figures)
+    return figures_of_runs
+
+
+def _median(runs: list[dict[str, Any]], *path: str) -> float | None:
+    values = []
+    for r in runs:
+        value: Any = r
+        for step in path:
+            value = value[step]
+        values.append(value)
+    return statistics.median(values) if values else None
+
+
+def windows_part(spark: SparkSession, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Sliding windows: the engine against Spark's windowed aggregation."""
+    data = Input(work / "in", args.keys, args.records, args.epochs)
+    log(f"windows: {args.epochs} epochs of {args.records:,} records over {args.keys:,} keys")
+    data.write()
+    expected = reference_checksum(data, key_crc(args.keys))
+    # warm-up, untimed: Python workers, imports and Spark's code generation of both
+    warm = Input(work / "warm", 2_000, 2_000, 2)
+    warm.write()
+    run_engine(spark, warm, work, 0)
+    run_spark(spark, warm, work)
+    problems: list[str] = []
+    variants: dict[str, Variant] = {
+        "engine": lambda run: run_engine(spark, data, work, run),
+        "spark_windowed": lambda run: run_spark(spark, data, work),
+    }
+    runs = compare(variants, args.runs, expected, args.keys, "ratio_vs_spark_windowed", problems)
+    ratio = _median(runs, "ratio_vs_spark_windowed")
+    return {
+        "ratio_vs_spark_windowed": ratio,
+        "target": TARGET,
+        "met": ratio is not None and ratio >= TARGET,
+        "engine_s_median": _median(runs, "engine", "seconds"),
+        "spark_windowed_s_median": _median(runs, "spark_windowed", "seconds"),
+        "sizes": {
+            "keys": args.keys,
+            "records_per_epoch": args.records,
+            "epochs": args.epochs,
+            "window_ms": SIZE_MS,
+            "slide_ms": SLIDE_MS,
+            "delay_ms": DELAY_MS,
+        },
+        "reference_checksum": expected,
+        "problems": problems,
+        "runs": runs,
+    }
+
+
+def timers_part(spark: SparkSession, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """Tumbling windows with event-time timers: the per-key path against Spark's
+    transformWithStateInPandas (bench/windows_timers.py)."""
+    data = Input(work / "timers-in", args.timer_keys, args.timer_records, args.timer_epochs)
+    log(f"timers: {data.epochs} epochs of {data.records:,} records over {data.keys:,} keys")
+    data.write()
+    size = timers.SIZE_MS
+    expected = reference_checksum(data, key_crc(data.keys), size_ms=size, slide_ms=size)
+    warm = Input(work / "timers-warm", 500, 500, 2)
+    warm.write()
+    timers.run_engine(spark, warm.directory, DELAY_MS, PARALLELISM, work / "timers-store")
+    timers.run_spark(spark, warm.directory, DELAY_MS, work)
+    problems: list[str] = []
+    ratio_name = "ratio_vs_spark_transform_with_state"
+    variants: dict[str, Variant] = {
+        "engine_timers": lambda run: timers.run_engine(
+            spark, data.directory, DELAY_MS, PARALLELISM, work / f"timers-store-{run}"
+        ),
+        "spark_transform_with_state": lambda run: timers.run_spark(
+            spark, data.directory, DELAY_MS, work
+        ),
+    }
+    runs = compare(variants, args.runs, expected, data.keys, ratio_name, problems)
+    ratio = _median(runs, ratio_name)
+    return {
+        ratio_name: ratio,
+        "target": timers.TARGET,
+        "met": ratio is not None and ratio >= timers.TARGET,
+        "engine_timers_s_median": _median(runs, "engine_timers", "seconds"),
+        "spark_transform_with_state_s_median": _median(
+            runs, "spark_transform_with_state", "seconds"
+        ),
+        "sizes": {
+            "keys": data.keys,
+            "records_per_epoch": data.records,
+            "epochs": data.epochs,
+            "total_records": data.records * data.epochs,
+            "window_ms": size,
+            "delay_ms": DELAY_MS,
+        },
+        "peer_settings": {
+            "state_store": ROCKSDB_PROVIDER,
+            "time_mode": "EventTime",
+            "output_mode": "Append",
+        },
+        "reference_checksum": expected,
+        "problems": problems,
+        "runs": runs,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,15 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(args.work_dir) if keep else Path(tempfile.mkdtemp(prefix="bench-windows-"))
     work.mkdir(parents=True, exist_ok=True)
     load_start = os.getloadavg()
-    data = Input(work / "in", args.keys, args.records, args.epochs)
-    problems: list[str] = []
-    runs: list[dict[str, Any]] = []
+    parts: dict[str, dict[str, Any]] = {}
     try:
-        log(f"writing {args.epochs} epochs of {args.records:,} records over {args.keys:,} keys")
-        data.write()
-        crc = key_crc(args.keys)
-        names = key_strings(args.keys)
-        expected = reference_checksum(data, crc)
         from runners.engine.session import build_spark_session
 
         spark = build_spark_session(
@@ -304,66 +424,28 @@ def main(argv: list[str] | None = None) -> int:
             "spark_version": spark.version,
         }
         log(f"settings {settings}")
-        # warm-up, untimed: Python workers, imports and Spark's code generation of both
-        warm = Input(work / "warm", 2_000, 2_000, 2)
-        warm.write()
-        run_engine(spark, warm, work, 0)
-        run_spark(spark, warm, work)
-        for run in range(1, args.runs + 1):
-            order = ("engine", "spark_windowed") if run % 2 else ("spark_windowed", "engine")
-            figures: dict[str, Any] = {"run": run, "order": list(order)}
-            for variant in order:
-                load = os.getloadavg()
-                if variant == "engine":
-                    seconds, table, detail = run_engine(spark, data, work, run)
-                else:
-                    seconds, table, detail = run_spark(spark, data, work)
-                checksum = _table_checksum(table, names, crc)
-                figures[variant] = {
-                    "seconds": round(seconds, 3),
-                    "checksum": checksum,
-                    "loadavg_before": [round(x, 2) for x in load],
-                    **detail,
-                }
-                log(f"run {run} {variant}: {seconds:.2f} s, {checksum['rows']:,} windows")
-                if checksum != expected:
-                    problems.append(
-                        f"run {run} {variant}: checksum {checksum} != reference {expected}"
-                    )
-            if figures["engine"].get("late_records"):
-                problems.append(
-                    f"run {run} engine: {figures['engine']['late_records']} late records"
-                )
-            figures["ratio_vs_spark_windowed"] = round(
-                figures["spark_windowed"]["seconds"] / figures["engine"]["seconds"], 3
-            )
-            runs.append(figures)
+        if "windows" in args.parts:
+            parts["windows"] = windows_part(spark, args, work)
+        if "timers" in args.parts:
+            parts["timers"] = timers_part(spark, args, work)
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
-    ratio = statistics.median(r["ratio_vs_spark_windowed"] for r in runs) if runs else None
+    problems = [p for part in parts.values() for p in part["problems"]]
+    windows, timed = parts.get("windows", {}), parts.get("timers", {})
     report = {
         "bench": "windows",
         "figure": "ratio_vs_spark_windowed: Spark's wall seconds / the engine's, sliding-window "
-        "count/sum with watermark, append mode, same input and micro-batches, median of runs",
-        "ratio_vs_spark_windowed": ratio,
+        "count/sum with watermark, append mode; ratio_vs_spark_transform_with_state: Spark's "
+        "transformWithStateInPandas with event-time timers / the engine's per-key function with "
+        "event-time timers, tumbling-window count/sum; same input and micro-batches, medians",
+        "ratio_vs_spark_windowed": windows.get("ratio_vs_spark_windowed"),
         "target": TARGET,
-        "met": ratio is not None and ratio >= TARGET,
-        "engine_s_median": statistics.median(r["engine"]["seconds"] for r in runs)
-        if runs
-        else None,
-        "spark_windowed_s_median": statistics.median(r["spark_windowed"]["seconds"] for r in runs)
-        if runs
-        else None,
-        "sizes": {
-            "keys": args.keys,
-            "records_per_epoch": args.records,
-            "epochs": args.epochs,
-            "window_ms": SIZE_MS,
-            "slide_ms": SLIDE_MS,
-            "delay_ms": DELAY_MS,
-        },
-        "reference_checksum": expected,
+        "met": windows.get("met"),
+        "ratio_vs_spark_transform_with_state": timed.get("ratio_vs_spark_transform_with_state"),
+        "target_transform_with_state": timed.get("target"),
+        "met_transform_with_state": timed.get("met"),
+        "parts": args.parts,
         "checks_passed": not problems,
         "problems": problems,
         "settings": settings,
@@ -371,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
         "loadavg_start": [round(x, 2) for x in load_start],
         "loadavg_end": [round(x, 2) for x in os.getloadavg()],
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "runs": runs,
+        **{name: part for name, part in parts.items()},
         **code_version(REPO_ROOT, "runners", "bench", dirty_key="tree_dirty"),
     }
     for problem in problems:

@@ -28,6 +28,7 @@ from runners.engine.state.restore import load_key_group
 from snapshots_store import Manifest, StoreError
 
 EXTRA = "event_time"  # the manifest's extra entry (runners.engine.eventtime.watermark.EXTRA)
+TIMERS = "timers"  # the timers' entry (runners.engine.eventtime.timers.EXTRA): ``pending``
 WINDOW_STARTS = "window_start"
 COUNT_BUDGET_BYTES = 64 * 1024**2
 _COUNT_CACHE_ENTRIES = 50_000
@@ -70,7 +71,7 @@ class SnapshotEventTime:
     window: str
     spec: str
     key_groups: list[KeyGroupEventTime] = field(default_factory=list)
-    #: the job records timers (`extra.event_time.timers`)
+    #: the job records timers (`extra.timers.pending`)
     has_timers: bool = False
     #: why open windows are not counted ("" when they are, or the job has no windows)
     count_note: str = ""
@@ -178,7 +179,8 @@ def snapshot_event_time(*, application: Application, snapshot_id: str) -> Snapsh
     if not isinstance(doc, Mapping):
         return None
     due = _int_map(doc.get("due"))
-    timers_raw = doc.get("timers")
+    timer_doc = manifest.extra.get(TIMERS)
+    timers_raw = timer_doc.get("pending") if isinstance(timer_doc, Mapping) else None
     timers = _int_map(timers_raw)
     windowed = doc.get("window") is not None
     groups = sorted(set(due) | set(timers))

@@ -22,6 +22,8 @@ from runners.engine.state import EpochContext, KeyedState
 ProcessFn = Callable[
     [Any, list[dict[str, Any]], KeyedState, EpochContext], Iterable[dict[str, Any]]
 ]
+#: ``on_timer(key, timestamp_ms, state, ctx) -> rows`` (``ctx.timer_domain``: which fired)
+TimerFn = Callable[[Any, int, KeyedState, EpochContext], Iterable[dict[str, Any]]]
 
 
 class JobError(ValueError):
@@ -59,6 +61,8 @@ class Job:
     #: emit each key's first record, drop its duplicates until the watermark passes the first
     #: one's event time plus the delay (Spark's dropDuplicatesWithinWatermark; needs `event_time`)
     dedup_within_watermark: bool = False
+    #: the per-key function's timer callback (needs `process`; ``ctx.timers`` registers)
+    on_timer: TimerFn | None = None
 
     def __post_init__(self) -> None:
         self.sinks = list(self.sinks)
@@ -100,6 +104,21 @@ class Job:
             check_window(self)
         except EventTimeError as exc:
             raise JobError(str(exc)) from None
+        self._check_on_timer()
+
+    def _check_on_timer(self) -> None:
+        if self.on_timer is None:
+            return
+        if self.process is None:
+            raise JobError(
+                f"job {self.name!r}: on_timer runs with a per-key function: give process=fn "
+                "(aggregate=[…] and windows have no timers)"
+            )
+        if not callable(self.on_timer):
+            raise JobError(
+                f"job {self.name!r}: on_timer must be a function (key, timestamp_ms, state, "
+                f"ctx) -> rows, not {self.on_timer!r}"
+            )
 
     @property
     def closes_by_watermark(self) -> bool:

@@ -22,9 +22,9 @@ import pyarrow.compute as pc
 
 from runners.engine.branch_source import upstream_epoch_at
 from runners.engine.keygroups import key_group_of
+from runners.engine.per_key import EXPIRES, STATE
 from runners.engine.state.codec import lookup_key
 from runners.engine.state.restore import load_key_group
-from runners.engine.tasks import EXPIRES, STATE
 from snapshots_store import Manifest, Repository
 
 DEFAULT_LIMIT = 100

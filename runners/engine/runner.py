@@ -292,8 +292,9 @@ class EpochRunner:
             source.prepare_epoch(opening.control, epoch)
         splits = source.plan(opening.committed)
         p, m, parent = opening.parallelism, opening.max_parallelism, opening.parent
-        timing = eventtime.plan_epoch(self.job, parent)  # the watermark the parent recorded
-        if not splits and not timing.due:  # (windows due without input: a no-data epoch)
+        now = self._epoch_clock(parent, epoch)
+        timing = eventtime.plan_epoch(self.job, parent, now)  # the parent's watermark, timers
+        if not splits and not (timing.due or timing.timers):  # (due: a no-data epoch)
             self.stopped_reason = "no new data"
             return None
         executors = self.executors.resize(p)  # none on local[n]
@@ -312,7 +313,7 @@ class EpochRunner:
             key_groups={}
             if parent is None
             else {kg: tuple(chain) for kg, chain in parent.key_groups.items()},
-            processing_time_ms=self._epoch_clock(parent, epoch),
+            processing_time_ms=now,
             crash=self.crash,
             driver_pid=os.getpid(),
             compaction_ratio=self.compaction_ratio,

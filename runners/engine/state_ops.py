@@ -27,11 +27,11 @@ import pyarrow.compute as pc
 from runners import entry_points
 from runners.engine.hashing import key_groups as hash_key_groups
 from runners.engine.keygroups import check_max_parallelism, check_parallelism
+from runners.engine.per_key import STATE
 from runners.engine.sources import Source
 from runners.engine.state.codec import DELETED, lookup_key
 from runners.engine.state.restore import load_key_group
 from runners.engine.state.writer import ChunkWriter
-from runners.engine.tasks import STATE
 from snapshots_store import BranchConflictError, Manifest, RefConflictError, Repository
 from snapshots_store.codec import format_timestamp
 
@@ -41,7 +41,7 @@ MigrationFn = Callable[[pa.Table], pa.Table]
 BRANCH_COMMIT_KINDS: Final = frozenset({"fork", "rollback", "rescale", "savepoint"})
 #: what a commit of an existing snapshot's state carries of its ``extra``: the job, and its
 #: event-time document (the watermark the next epoch applies: runners/engine/eventtime)
-CARRIED_EXTRA: Final = ("job", "event_time")
+CARRIED_EXTRA: Final = ("job", "event_time", "timers")
 
 
 class StateOperationError(RuntimeError):

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from runners.engine import aggregations as agg
-from runners.engine import eventtime, exchange
+from runners.engine import eventtime, exchange, per_key
 from runners.engine.crash import maybe_crash
 from runners.engine.eventtime import dedup, joins
 from runners.engine.eventtime import windows as windowing
@@ -29,7 +29,7 @@ from runners.engine.output import CHUNK_REFS, DEAD_LETTER_SCHEMA, OUTPUT_KIND
 from runners.engine.repos import repository
 from runners.engine.routing import Piece
 from runners.engine.sources import DeadLetter, Split, SplitData
-from runners.engine.state import EpochContext, KeyedState, codec, epoch_seed, memory_cache
+from runners.engine.state import codec, memory_cache
 from runners.engine.state.codec import KeyGroupState
 from runners.engine.state.restore import (
     Claims,
@@ -43,8 +43,6 @@ from snapshots_store import Repository
 
 KG = "_kg"
 SEQ = "_seq"  # (split index << 40) + row: a record's position in the epoch's input
-STATE = "_state"
-EXPIRES = "_expires"
 NO_EVENT_TIME = eventtime.EpochEventTime()
 
 
@@ -373,71 +371,21 @@ def _reduce_aggregate(plan: TaskPlan, partial: pa.Table, writer: ChunkWriter) ->
 
 
 def _reduce_process(
-    plan: TaskPlan, records: pa.Table, writer: ChunkWriter, task: int
-) -> tuple[list[pa.Table], Restore]:
-    """Per-key path: call the user's function for each key, in first-appearance order."""
-    job = plan.job
-    assert job.process is not None
-    keys = list(job.key_columns)
-    table, slices = _kg_slices(records)
-    states, restore = _load_states(plan, (kg for kg, _, _ in slices), keys)
-    rows = table.to_pylist()
-    out_rows: list[dict[str, Any]] = []
-    state_schema = None
-    for kg, start, length in slices:
-        part = table.slice(start, length)
-        lookup = codec.lookup_key(part, keys)
-        dictionary = pc.unique(lookup)
-        codes = pc.index_in(lookup, value_set=dictionary).to_numpy()
-        first = np.unique(codes, return_index=True)[1]  # codes are in first appearance
-        by_key: dict[int, list[int]] = {}
-        for i, code in enumerate(codes.tolist()):
-            by_key.setdefault(code, []).append(i)
-        old = states.get(kg)
-        key_table = part.take(pa.array(first)).select(keys)
-        if state_schema is None:
-            state_schema = pa.schema(
-                [*key_table.schema, pa.field(STATE, pa.binary()), pa.field(EXPIRES, pa.int64())]
-            )
-        if old is None:
-            old = codec.empty_state(state_schema)
-        previous: list[Any] = [None] * len(first)
-        if old.table.num_rows:
-            idx = pc.index_in(
-                codec.lookup_key(key_table, keys), value_set=codec.lookup_key(old.table, keys)
-            )
-            previous = old.table.column(STATE).take(idx).to_pylist()
-        ctx = EpochContext(
-            branch=plan.branch,
-            epoch=plan.epoch,
-            key_group=kg,
-            parallelism=plan.parallelism,
-            task=task,
-            processing_time_ms=plan.processing_time_ms,
-            random=__import__("random").Random(epoch_seed(plan.branch, plan.epoch, kg)),
-        )
-        key_values = key_table.to_pylist()
-        new_payloads: list[bytes | None] = []
-        expiries: list[int | None] = []
-        deleted: list[bool] = []
-        for code in range(len(first)):
-            kv = key_values[code]
-            key = kv[keys[0]] if len(keys) == 1 else tuple(kv[k] for k in keys)
-            state = KeyedState(previous[code], plan.processing_time_ms)
-            recs = [rows[start + i] for i in by_key[code]]
-            for out in job.process(key, recs, state, ctx) or ():
-                out_rows.append(dict(out))
-            payload, expires = state.to_payload()
-            new_payloads.append(payload)
-            expiries.append(expires)
-            deleted.append(payload is None)
-        delta = key_table.append_column(STATE, pa.array(new_payloads, type=pa.binary()))
-        delta = delta.append_column(EXPIRES, pa.array(expiries, type=pa.int64()))
-        delta = delta.cast(state_schema)
-        flags = np.array(deleted, dtype=bool)
-        new_state = codec.apply_delta(old.table, codec.with_deleted(delta, flags), keys)
-        writer.write(kg, old, new_state, codec.with_deleted(delta, flags))
-    return ([pa.Table.from_pylist(out_rows)] if out_rows else []), restore
+    plan: TaskPlan, records: pa.Table | None, writer: ChunkWriter, task: int
+) -> tuple[list[pa.Table], Restore, eventtime.TaskEventTime | None]:
+    """Per-key path (per_key.py): the user's function for each key with input, in
+    first-appearance order, then ``on_timer`` for the timers due in this task's key groups."""
+    table, slices = _kg_slices(records) if records is not None else (None, [])
+    mine = key_group_range(task, plan.parallelism, plan.max_parallelism)
+    due = [kg for kg in plan.event_time.timers if kg in mine]
+    groups = sorted({kg for kg, _, _ in slices} | set(due))
+    states, restore = _load_states(plan, groups, plan.job.key_columns)
+    visit = per_key.Visit(plan.job, plan.branch, plan.epoch, plan.parallelism, task,
+                          plan.processing_time_ms, plan.event_time.watermark_ms)  # fmt: skip
+    done = per_key.reduce(visit, table, slices, due, states, writer)
+    outputs = [pa.Table.from_pylist(done.rows)] if done.rows else []
+    timed = eventtime.TaskEventTime(timers=done.timers, fired=done.fired)
+    return outputs, restore, timed if plan.job.on_timer is not None else None
 
 
 def reduce_partition(
@@ -635,14 +583,15 @@ def _reduce(
     out_tables: list[pa.Table] = []
     restore = Restore()
     closed = None
+    timed = None
     with ChunkWriter(plan.repo(), compaction_ratio=plan.compaction_ratio, cache=True) as writer:
         if job.closes_by_watermark:  # windows close also in key groups without input
             closed, restore = _reduce_windows(plan, task, merged, writer)
             out_tables = closed.outputs
         elif merged is not None and job.aggregate is not None:
             restore = _reduce_aggregate(plan, merged, writer)
-        elif merged is not None:
-            out_tables, restore = _reduce_process(plan, merged, writer, task)
+        elif merged is not None or plan.event_time.timers:  # timers fire without input too
+            out_tables, restore, timed = _reduce_process(plan, merged, writer, task)
         chains = writer.prepare()
     maybe_crash(plan.crash, "after_chunks", plan.epoch, plan.driver_pid)
     # the aggregate path's output rows are exactly the changed state rows: its output object
@@ -665,7 +614,7 @@ def _reduce(
         map_s=map_s,
         reduce_s=time.perf_counter() - started,
         state_read_bytes=restore.stored_bytes,
-        event_time=None if closed is None else eventtime.TaskEventTime(due=closed.due),
+        event_time=timed if closed is None else eventtime.TaskEventTime(due=closed.due),
     )
 
 

@@ -177,20 +177,22 @@ def open_windows(html: str) -> dict[int, int]:
 def test_pending_timers_per_key_group_when_the_job_records_them(
     tmp_path: Path, admin_client: Client
 ) -> None:
-    """A job with timers records `extra.event_time.timers`: the snapshot panel shows them per
-    key group; a job without event time shows no event-time parts."""
+    """A job with timers records its pending timers per key group (`extra.timers.pending`,
+    runners.engine.eventtime.timers): the snapshot panel shows them; a job without event time
+    shows no event-time parts."""
     doc = {
         "watermark": 1_767_225_600_000,
         "applied": 1_767_225_540_000,
         "partitions": {"0": [1_767_225_630_000, 5_000]},
         "late": 2,
         "due": {},
-        "timers": {"3": 5, "6": 2},
         "max_parallelism": 8,
         "spec": {"column": "ts", "delay_ms": 30_000, "idle_ms": None},
     }
     stats = {"records_in": 10, "late_records": 2, "watermark_ms": 1_767_225_600_000}
-    job = make_app(tmp_path, "timed", [stats], extra={"event_time": doc})
+    timer_doc = {"event": {"3": 1_767_225_660_000, "6": 1_767_225_700_000}, "processing": {},
+              "pending": {"3": 5, "6": 2}, "max_parallelism": 8}  # fmt: skip
+    job = make_app(tmp_path, "timed", [stats], extra={"event_time": doc, "timers": timer_doc})
     head = Snapshot.objects.get(application=job.application).snapshot_id
     panel = admin_client.get(f"/applications/timed/snapshots/{head}/", HTTP_HX_REQUEST="true")
     html = panel.content.decode()

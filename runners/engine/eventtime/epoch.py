@@ -1,6 +1,7 @@
 """The event-time part of one epoch: what the driver plans before the tasks (the watermark to
-apply, the key groups whose windows are due) and records after them (the new watermark, late
-records, the key groups' earliest open windows), and what a task reports."""
+apply, the key groups whose windows or timers are due) and records after them (the new
+watermark, late records, the key groups' earliest open windows and timers), and what a task
+reports."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from runners.engine.eventtime import joins
+from runners.engine.eventtime import joins, timers
+from runners.engine.eventtime.timers import KeyGroupTimers
 from runners.engine.eventtime.watermark import (
     EXTRA,
     NO_WATERMARK,
@@ -38,6 +40,10 @@ class TaskEventTime:
     maxima: dict[str, int] = field(default_factory=dict)
     late: int = 0
     due: dict[int, int | None] = field(default_factory=dict)
+    #: per-key functions with ``on_timer``: per key group written, its timers (timers.py) and
+    #: how many timers fired
+    timers: dict[int, KeyGroupTimers] = field(default_factory=dict)
+    fired: int = 0
 
     def add(self, other: TaskEventTime | None) -> None:
         if other is None:
@@ -45,6 +51,8 @@ class TaskEventTime:
         self.maxima = merge_maxima([self.maxima, other.maxima])
         self.late += other.late
         self.due.update(other.due)
+        self.timers.update(other.timers)
+        self.fired += other.fired
 
 
 @dataclass(frozen=True)
@@ -54,22 +62,26 @@ class EpochEventTime:
 
     watermark_ms: int = NO_WATERMARK
     due: tuple[int, ...] = ()
+    #: key groups with a timer due (a per-key function's ``on_timer``, timers.py)
+    timers: tuple[int, ...] = ()
 
 
-def plan_epoch(job: Job, parent: Any) -> EpochEventTime:
-    """The parent's watermark and the key groups with a window ending at or before it. After a
+def plan_epoch(job: Job, parent: Any, now_ms: int = 0) -> EpochEventTime:
+    """The parent's watermark and the key groups with a window ending at or before it, and
+    those with a timer due at it or at the epoch's processing time `now_ms`. After a
     migration (rehash: another M, transform: other windows) every key group with state is
     visited once."""
     if job.event_time is None:
-        return EpochEventTime()
+        return EpochEventTime(timers=timers.due_key_groups(job, parent, NO_WATERMARK, now_ms))
     previous = of_manifest(parent)
+    timed = timers.due_key_groups(job, parent, previous.value, now_ms)
     if not job.closes_by_watermark or parent is None or previous.value == NO_WATERMARK:
-        return EpochEventTime(previous.value)
+        return EpochEventTime(previous.value, timers=timed)
     if parent.kind == "migration" or previous.max_parallelism != parent.max_parallelism:
         due = sorted(int(kg) for kg in parent.key_groups)
     else:
         due = sorted(kg for kg, end in previous.due.items() if end <= previous.value)
-    return EpochEventTime(previous.value, tuple(due))
+    return EpochEventTime(previous.value, tuple(due), timed)
 
 
 def on_read(
@@ -93,14 +105,16 @@ def after_epoch(
     max_parallelism: int,
     splits: Sequence[Split] = (),
 ) -> tuple[dict[str, Any], dict[str, int]]:
-    """(the manifest's ``extra`` entry, its stats) of an epoch of an event-time job. A job
-    reading upstream branches (`PropagatesWatermarks`, the epoch's `splits`) never gets a
-    watermark past theirs."""
-    if job.event_time is None:
-        return {}, {}
+    """(the manifest's ``extra`` entries, its stats) of an epoch of an event-time job or of a
+    job with timers. A job reading upstream branches (`PropagatesWatermarks`, the epoch's
+    `splits`) never gets a watermark past theirs."""
     total = TaskEventTime()
     for report in reports:
         total.add(report)
+    timed, timer_stats = timers.after_epoch(job, parent, [total.timers], total.fired,
+                                            max_parallelism)  # fmt: skip
+    if job.event_time is None:
+        return timed, timer_stats
     previous = of_manifest(parent)
     own, partitions = advance(job.event_time, previous, total.maxima, now_ms)
     if joins.waits_for_a_side(job, partitions):
@@ -132,10 +146,10 @@ def after_epoch(
     doc["spec"] = job.event_time.describe()
     if job.window is not None:
         doc["window"] = job.window.describe()
-    stats = {"late_records": total.late}
+    stats = {"late_records": total.late, **timer_stats}
     if value != NO_WATERMARK:  # the control plane's index keeps the stats: lag, charts
         stats["watermark_ms"] = value
-    return {EXTRA: doc}, stats
+    return {EXTRA: doc, **timed}, stats
 
 
 def merged(reports: Sequence[TaskEventTime | None]) -> TaskEventTime | None:

@@ -2,6 +2,7 @@
 
 - `keyed` — the keyed state a per-key function sees (value, list and map states, TTL) and
   its epoch context; re-exported here: ``from runners.engine.state import KeyedState``.
+- `timers` — a per-key function's event-time and processing-time timers (`ctx.timers`).
 - `codec` — a key group's chunks as bytes and tables: encoding, base + deltas, materialising.
 - `memory_cache` / `disk_cache` — materialised chains in the worker's memory and on the
   machine's disk, keyed by their chunk ids.

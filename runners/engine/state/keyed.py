@@ -15,12 +15,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from runners.engine.state.timers import Timers
+
 Entry = tuple[str, Any, int | None]
 
 
 @dataclass
 class EpochContext:
-    """Deterministic facts of one (branch, epoch, key group) offered to user code."""
+    """Deterministic facts of one (branch, epoch, key group) offered to user code.
+
+    `watermark_ms`: the event-time watermark the epoch applies (None without event time or
+    before the first watermark); `timers`: the current key's timers (state/timers.py);
+    `timer_domain`: inside ``on_timer``, ``"event"`` or ``"processing"`` (None in
+    ``process``)."""
 
     branch: str
     epoch: int
@@ -29,6 +36,9 @@ class EpochContext:
     task: int
     processing_time_ms: int
     random: random.Random = field(repr=False)
+    watermark_ms: int | None = None
+    timers: Timers = field(default_factory=Timers, repr=False)
+    timer_domain: str | None = None
 
 
 def epoch_seed(branch: str, epoch: int, key_group: int) -> int:
