@@ -87,6 +87,9 @@ class BrokerSession:
             self._loop = self._thread = None
         if loop is None or thread is None:
             return
+        if thread is threading.current_thread():  # dropped by a coroutine of its own loop
+            loop.create_task(self._disconnect()).add_done_callback(lambda _: loop.stop())
+            return
         if thread.is_alive():
             with contextlib.suppress(Exception):
                 asyncio.run_coroutine_threadsafe(self._disconnect(), loop).result(15)
