@@ -39,7 +39,7 @@ from runners.engine.destinations.log_records import (
     position,
     stage,
 )
-from runners.engine.destinations.rabbitmq_entries import sub_entries
+from runners.engine.destinations.rabbitmq_entries import MAX_MESSAGES, sub_entries
 from runners.engine.destinations.rabbitmq_session import BrokerSession
 from runners.engine.rabbitmq_stream import DATA_SECTION, Endpoint
 from runners.engine.sinks import EpochOutput, Held
@@ -73,7 +73,7 @@ class RabbitMQStreamsSink(LogSink):
 
     url: str
     stream: str
-    batch_size: int = 1_000
+    batch_size: int = 5_000
     load_balancer: bool = False
     name: str = KIND
     _prepared: dict[tuple[str, str, int], list[bytes]] = field(
@@ -91,7 +91,7 @@ class RabbitMQStreamsSink(LogSink):
                 f"sink {self.name!r} ({KIND}): field 'stream' must name a stream (1 to 255 "
                 f"characters), not {self.stream!r}"
             )
-        check_positive(KIND, self.name, "batch_size", self.batch_size, 10_000)
+        check_positive(KIND, self.name, "batch_size", self.batch_size, MAX_MESSAGES)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("_prepared", "_broker")}
