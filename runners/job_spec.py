@@ -26,6 +26,9 @@ ENGINE_MODULE: Final = "runners.engine.main"
 #: an environment variable name (a store's credentials prefix); the store registry uses it too
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]{0,99}$"
 _CREDENTIALS_ENV = re.compile(ENV_NAME_PATTERN)
+#: a Kubernetes Secret's name (a DNS subdomain); the store and sink registries use it too
+SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+_SECRET_NAME = re.compile(SECRET_NAME_PATTERN)
 _RUN_ID = re.compile(r"^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$")
 _MEMORY_OVERHEAD_MIN_MB: Final = 384
 
@@ -149,6 +152,10 @@ class JobSpec:
     #: the registered sinks the version names, resolved: ``{"name", "kind", "config"}`` each
     #: (credentials only by environment variable name)
     sinks: tuple[Mapping[str, Any], ...] = ()
+    #: sink name -> the environment variable its credentials come from (the job reads it)
+    sink_credentials_env: Mapping[str, str] = field(default_factory=dict)
+    #: sink name -> the Kubernetes Secret holding that variable, mounted into the job's pods
+    sink_secrets: Mapping[str, str] = field(default_factory=dict)
     run_id: str = field(default_factory=new_run_id)
 
     def __post_init__(self) -> None:
@@ -201,10 +208,26 @@ class JobSpec:
         ):
             raise JobSpecError("sinks must be a list of {name, kind, config} objects")
         object.__setattr__(self, "sinks", tuple(dict(d) for d in self.sinks))
+        self._check_sink_credentials()
         object.__setattr__(self, "node_selector", dict(self.node_selector))
         object.__setattr__(self, "spark_conf", dict(self.spark_conf))
         object.__setattr__(self, "tolerations", tuple(self.tolerations))
         object.__setattr__(self, "image_pull_secrets", tuple(self.image_pull_secrets))
+
+    def _check_sink_credentials(self) -> None:
+        names = {d["name"] for d in self.sinks}
+        for what, values, pattern in (
+            ("sink_credentials_env", self.sink_credentials_env, _CREDENTIALS_ENV),
+            ("sink_secrets", self.sink_secrets, _SECRET_NAME),
+        ):
+            if not isinstance(values, Mapping):
+                raise JobSpecError(f"{what} must be an object (sink name -> name)")
+            for sink, value in values.items():
+                if sink not in names:
+                    raise JobSpecError(f"{what} names sink {sink!r}, which the job does not write")
+                if not isinstance(value, str) or whole_match(pattern, value) is None:
+                    raise JobSpecError(f"{what}[{sink!r}] is not a valid name: {value!r}")
+            object.__setattr__(self, what, dict(values))
 
     def engine_arguments(self) -> list[str]:
         """Arguments of `python -m runners.engine.main` for this run."""

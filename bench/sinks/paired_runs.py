@@ -34,7 +34,9 @@ Destination = Callable[[str], tuple[str, dict[str, Any], Callable[[], None]]]
 
 
 class TimedSink:
-    """Delegates to a sink and records how long its prepare and commit took."""
+    """Delegates to a sink and records how long its prepare and commit took. It is a
+    `Rederives` sink like the ones it wraps, so the engine drives it as it drives them: on
+    the catch-up driver, the commit overlapping the next epoch's tasks."""
 
     def __init__(self, sink: Any) -> None:
         self.sink, self.name = sink, sink.name
@@ -57,6 +59,12 @@ class TimedSink:
 
     def committed(self, pending: Mapping[str, Any]) -> Any:
         return self.sink.committed(pending)
+
+    def rollback_to(self, epoch: int, *, namespace: str, branch: str) -> None:
+        self.sink.rollback_to(epoch, namespace=namespace, branch=branch)
+
+    def forget_staged(self) -> None:
+        self.sink.forget_staged()
 
 
 def _job(records_per_epoch: int, epochs: int, sinks: list[Any]) -> Any:

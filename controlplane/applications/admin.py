@@ -23,7 +23,7 @@ class SinkAdmin(admin.ModelAdmin):
     """The sink registry: the only destinations versions may name (config checked by the
     destination and against EPOCHAL_SINK_ROOTS / EPOCHAL_SINK_HOSTS in the model's clean)."""
 
-    list_display = ["name", "kind", "credentials_env", "created_at"]
+    list_display = ["name", "kind", "credentials_env", "credentials_secret", "created_at"]
     search_fields = ["name", "kind"]
     readonly_fields = ["created_at"]
 

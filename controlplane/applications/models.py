@@ -20,14 +20,11 @@ from django.db import models
 
 from controlplane.patterns import WholeRegexValidator
 from runners import entry_points
-from runners.job_spec import ENV_NAME_PATTERN
+from runners.job_spec import ENV_NAME_PATTERN, SECRET_NAME_PATTERN
 
 MAX_PARALLELISM_LIMIT = 32768
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 JOB_NAME_PATTERN = entry_points.NAME_PATTERN
-
-
-SECRET_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
 
 
 CREDENTIALS_IN_URL = (
@@ -244,7 +241,8 @@ class Sink(models.Model):
     kafka, …); `config` its settings (a Delta table's ``path`` under EPOCHAL_SINK_ROOTS, a
     PostgreSQL ``url`` and ``table``, …), checked by the destination itself and against the
     allowed roots and hosts (`controlplane.applications.sinks`). Credentials are never kept
-    here, only the environment variable they come from (`credentials_env`).
+    here, only the environment variable they come from (`credentials_env`) and, for
+    Kubernetes launches, the Secret holding that variable (`credentials_secret`).
     """
 
     name = models.CharField(
@@ -261,6 +259,14 @@ class Sink(models.Model):
         "password; Delta on S3: the prefix of <PREFIX>_AWS_ACCESS_KEY_ID and "
         "<PREFIX>_AWS_SECRET_ACCESS_KEY); never the secret.",
     )
+    credentials_secret = models.CharField(
+        max_length=253,
+        blank=True,
+        default="",
+        validators=[WholeRegexValidator(SECRET_NAME_PATTERN, "a Kubernetes secret name")],
+        help_text="Kubernetes secret holding the variable credentials_env names, mounted into "
+        "the pods of jobs writing to the sink (Kubernetes launches need it).",
+    )
     description = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -274,5 +280,9 @@ class Sink(models.Model):
         from controlplane.applications.sink_config import sink_config_errors
 
         errors = sink_config_errors(self.name, self.kind, self.config, self.credentials_env)
+        if self.credentials_secret and not self.credentials_env:
+            errors["credentials_secret"] = [
+                "the secret holds the variable credentials_env names: set credentials_env too"
+            ]
         if errors:
             raise ValidationError(errors)

@@ -48,13 +48,17 @@ def version_sink_errors(names: Any) -> list[str]:
     return [str(UnknownSinkError(n)) for n in names if n not in known]
 
 
-def resolved_sinks(names: Sequence[str]) -> list[dict[str, Any]]:
-    """The job spec's sinks: each registered sink's name, kind and config (credentials by
-    variable name); InvalidRequest naming the sink and the field when one cannot be built."""
+def sink_spec_fields(names: Sequence[str]) -> dict[str, Any]:
+    """The job spec's fields for the sinks `names`: ``sinks`` (each registered sink's name,
+    kind and config, credentials by variable name), ``sink_credentials_env`` and
+    ``sink_secrets`` (the Kubernetes Secrets a pod mounts); InvalidRequest naming the sink and
+    the field when one cannot be built."""
     errors = version_sink_errors(list(names))
     if errors:
         raise InvalidRequest("; ".join(errors), fields={"sinks": errors}, code="unknown_sink")
     out = []
+    credentials_env: dict[str, str] = {}
+    secrets: dict[str, str] = {}
     for name in names:
         sink = sink_get(name=name)
         problems = sink_config_errors(sink.name, sink.kind, sink.config, sink.credentials_env)
@@ -67,7 +71,11 @@ def resolved_sinks(names: Sequence[str]) -> list[dict[str, Any]]:
             )
         config = resolved_config(sink.name, sink.kind, sink.config, sink.credentials_env)
         out.append({"name": sink.name, "kind": sink.kind, "config": config})
-    return out
+        if sink.credentials_env:
+            credentials_env[sink.name] = sink.credentials_env
+        if sink.credentials_secret:
+            secrets[sink.name] = sink.credentials_secret
+    return {"sinks": tuple(out), "sink_credentials_env": credentials_env, "sink_secrets": secrets}
 
 
 def shared_sink_errors(config: Any, writers: Mapping[str, Sequence[str]]) -> list[str]:
@@ -133,6 +141,7 @@ def sink_register(
     kind: str,
     config: Mapping[str, Any],
     credentials_env: str = "",
+    credentials_secret: str = "",
     description: str = "",
 ) -> Sink:
     """Register a sink (admins only; the demo registers its Delta table), or find the same
@@ -144,11 +153,9 @@ def sink_register(
 
     existing = Sink.objects.filter(name=name).first()
     if existing is not None:
-        if (existing.kind, existing.config, existing.credentials_env) == (
-            kind,
-            dict(config),
-            credentials_env,
-        ):
+        same = (kind, dict(config), credentials_env, credentials_secret)
+        if (existing.kind, existing.config, existing.credentials_env,
+                existing.credentials_secret) == same:  # fmt: skip
             return existing
         raise Conflict(
             f"a sink named {name!r} is registered already",
@@ -160,6 +167,7 @@ def sink_register(
         kind=kind,
         config=dict(config),
         credentials_env=credentials_env,
+        credentials_secret=credentials_secret,
         description=description,
     )
     try:

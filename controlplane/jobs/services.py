@@ -18,7 +18,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from controlplane.applications.models import Application, ApplicationVersion
-from controlplane.applications.sinks import resolved_sinks, version_sink_errors
+from controlplane.applications.sinks import sink_spec_fields, version_sink_errors
 from controlplane.applications.stores import store_credentials
 from controlplane.errors import Conflict, InvalidRequest, Unprocessable
 from controlplane.jobs.events import engine_event
@@ -118,7 +118,7 @@ def job_spec(job: Job, *, run_id: str, parallelism: int | None = None) -> JobSpe
         )
     fields = _spec_fields(version.config)
     if version.config.get("sinks"):  # refuses to launch, naming the sink, when one is bad
-        fields["sinks"] = tuple(resolved_sinks(version.config["sinks"]))
+        fields.update(sink_spec_fields(version.config["sinks"]))
     fields["spark_conf"] = {
         **spark_ui_conf(job.name),
         **fields.get("spark_conf", {}),

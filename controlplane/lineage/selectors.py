@@ -432,6 +432,8 @@ class GraphPageJson:
     edges: str
     refs: str
     next_cursor: str | None
+    #: the page's snapshot ids, in its order (the sinks' statuses are read for them)
+    ids: tuple[str, ...] = ()
 
 
 def _json_text(value: str) -> str:
@@ -520,14 +522,19 @@ def lineage_graph_page_json(
              FROM (SELECT s.id, s.snapshot_id,
                           string_agg(to_json(r.ref)::text, ',' ORDER BY r.ref) AS refs
                    FROM shown s JOIN ({_REFS_SQL}) AS r ON r.target = s.id
-                   GROUP BY s.id, s.snapshot_id) AS t)
+                   GROUP BY s.id, s.snapshot_id) AS t),
+            (SELECT string_agg(s.snapshot_id, ',' ORDER BY s.id DESC) FROM shown s)
     """
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, limit + 1, limit, url_prefix, application.pk, application.pk])
-        count, last, results, edges, refs = cursor.fetchone()
+        count, last, results, edges, refs, ids = cursor.fetchone()
     more = count > limit
     return GraphPageJson(
-        results or "", edges or "", refs or "", str(last) if more and last is not None else None
+        results or "",
+        edges or "",
+        refs or "",
+        str(last) if more and last is not None else None,
+        tuple(ids.split(",")) if ids else (),
     )
 
 

@@ -9,15 +9,17 @@ The engine records two things in every epoch's manifest (runners/engine/runner.p
   Redis and RabbitMQ Streams: ``stream``/``generation``) what it will publish; Iceberg the
   data files it staged;
 * ``stats.sink_lag_epochs.<name>``: how many epochs of the branch's first-parent chain, up to
-  the epoch's parent, chain sink `name`'s destination lacked when the epoch committed (the
-  runner settles the sinks' writes of the previous epoch before it reads the lag);
-  ``stats.sink_lag_epochs`` is the largest over the chain sinks, all that manifests written
-  before the per-sink figures recorded.
+  the epoch's parent, sink `name`'s destination lacked when the epoch committed (the runner
+  settles the sinks' writes of the previous epoch before it reads the lag), for every sink the
+  catch-up driver follows: the chain sinks, and Iceberg and the Redis and RabbitMQ Streams
+  sinks since they follow it too; ``stats.sink_lag_epochs`` is the largest, all that
+  manifests written before the per-sink figures recorded (only chain sinks then).
 
-So for a chain sink, an epoch committed at epoch *e* with lag *L* proves that its destination
-held at least the chain's epochs up to ``e - 1 - L`` (chain epochs are numbered 1, 2, … without
-gaps: operation commits share their parent's epoch). That number is `held` here. Nothing is
-asked of any destination.
+So an epoch committed at epoch *e* with a sink's lag *L* proves that its destination held at
+least the chain's epochs up to ``e - 1 - L`` (chain epochs are numbered 1, 2, … without gaps:
+operation commits share their parent's epoch). That number is `held` here: for a chain sink
+from its own lag or else the largest, for another sink only from its own. Nothing is asked of
+any destination.
 """
 
 from __future__ import annotations
@@ -44,9 +46,9 @@ def sink_role(staged: Mapping[str, Any]) -> Role:
 
 
 def sink_facts(manifest: Any) -> dict[str, dict[str, Any]]:
-    """`{sink name: {"role": …, "held": epoch or None}}` of a manifest (`held`: for a chain
-    sink, the newest chain epoch its destination is known to have held when this epoch
-    committed, from its own lag or else the largest; None when the stats do not say)."""
+    """`{sink name: {"role": …, "held": epoch or None}}` of a manifest (`held`: the newest
+    chain epoch the sink's destination is known to have held when this epoch committed, from
+    its own lag or, for a chain sink, else the largest; None when the stats do not say)."""
     records = (manifest.extra or {}).get(SINKS)
     if not isinstance(records, Mapping):
         return {}
@@ -55,9 +57,10 @@ def sink_facts(manifest: Any) -> dict[str, dict[str, Any]]:
     for name, entry in records.items():
         staged = entry.get("staged") if isinstance(entry, Mapping) else None
         role = sink_role(staged if isinstance(staged, Mapping) else {})
-        lag = stats.get(f"{LAG}.{name}", stats.get(LAG))  # its own lag, else the largest
+        own = stats.get(f"{LAG}.{name}")
+        lag = own if own is not None or role != "chain" else stats.get(LAG)
         held = None
-        if role == "chain" and isinstance(lag, int | float) and manifest.epoch >= 1:
+        if isinstance(lag, int | float) and manifest.epoch >= 1:
             held = max(0, int(manifest.epoch) - 1 - int(lag))
         facts[str(name)] = {"role": role, "held": held}
     return facts

@@ -12,9 +12,12 @@ judged against branch `b` (its own branch, or the branch whose history is shown)
   records the sink's lag shows the destination at or past `x`'s epoch (`held` >= epoch), else
   ``pending``;
 * a log or two-phase sink (Kafka, Redis/RabbitMQ Streams, Iceberg), only on snapshots that
-  staged an epoch for it: ``written`` once a child of `x` was committed by a run with the sink
-  (a run commits the next epoch only after the previous one's second phase finished, in the
-  same process or when it restarts), else ``pending``.
+  staged an epoch for it: when the newest commit of the chain recording the sink's own lag
+  says (Iceberg and the Streams sinks follow the branch on the catch-up driver), by the same
+  rule as a chain sink; else (Kafka, and commits written before those sinks followed the
+  branch) ``written`` once a child of `x` was committed by a run with the sink (such a run
+  commits the next epoch only after the previous one's second phase finished, in the same
+  process or when it restarts), else ``pending``.
 
 Reads: one statement for the snapshots, and one per branch judged (its first-parent path, the
 sink facts of its newest `WITNESSES` generations and, in the first, the facts of the
@@ -82,7 +85,7 @@ class _Row:
 @dataclass
 class _Branch:
     segments: list[tuple[int, int, int]]  # (chain, top generation, root generation)
-    held: dict[str, int]  # chain sink -> newest chain epoch its destination is known to hold
+    held: dict[str, int]  # sink -> newest chain epoch its destination is known to hold
     roles: dict[str, str]  # sink -> role, for the sinks the branch's newest runs name
 
     def on_chain(self, row: _Row) -> bool:
@@ -139,14 +142,14 @@ def _read(
         return None, staged
     held: dict[str, int] = {}
     roles: dict[str, str] = {}
-    # newest first: the newest commit that says what a chain sink's destination held decides
+    # newest first: the newest commit that says what a sink's destination held decides
     # (an older one may name epochs the destination lost since: a restart that could not
     # reach it, a table replaced); a later commit's record is never overruled by an older one
     for r in sorted((r for r in rows if r[0] == 1), key=lambda r: (r[1], -r[2])):
         for sink, fact in _facts(r[4]).items():
             roles.setdefault(sink, str(fact.get("role", "two_phase")))
             h = fact.get("held")
-            if fact.get("role") == "chain" and isinstance(h, int):
+            if isinstance(h, int):
                 held.setdefault(sink, h)
     return _Branch([(c, top, root) for _, c, top, root in segments], held, roles), staged
 
@@ -176,6 +179,8 @@ def _status(
         if sink not in view.roles:
             return None  # no newest commit names it (the version dropped it): unknown
         return WRITTEN if row.epoch <= view.held.get(sink, -1) else PENDING
+    if sink in view.held:  # followed by the catch-up driver: a child proves nothing
+        return WRITTEN if row.epoch <= view.held[sink] else PENDING
     return WRITTEN if (row.pk, sink) in staged else PENDING
 
 

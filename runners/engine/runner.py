@@ -34,7 +34,7 @@ from runners.engine.keygroups import (
     key_group_range,
     key_group_ranges,
 )
-from runners.engine.sink_catchup import SinkFollower, chain_sinks
+from runners.engine.sink_catchup import SinkFollower
 from runners.engine.sinks import SINKS, EpochOutput, OutputPart, StartsEpochs, output_of
 from runners.engine.sources import (
     AdvancesOffsets,
@@ -46,6 +46,7 @@ from runners.engine.sources import (
     Split,
     end_offsets,
 )
+from runners.engine.staged_catchup import followed_sinks
 from runners.engine.tasks import (
     ReduceResult,
     TaskPlan,
@@ -207,8 +208,10 @@ class EpochRunner:
         self._restored_at: int | None = None
         #: whether the head's pending sink commits (a crashed run's) were finished
         self._sinks_finished = not job.sinks
-        #: the sinks that follow the branch head and catch up in order (sink_catchup.py)
-        chain, self._two_phase_sinks = chain_sinks(job.sinks)
+        #: the sinks that follow the branch head and catch up in order (sink_catchup.py;
+        #: Iceberg and the log sinks through staged_catchup.py); the others (Kafka's) commit
+        #: after the CAS and stop the job when they cannot
+        chain, self._two_phase_sinks = followed_sinks(job.sinks, repo, self.namespace, branch)
         self.follower = SinkFollower(repo, self.namespace, branch, chain, self.crash)
 
     # -- one epoch, in five stages: gate -> plan -> execute -> manifest -> commit ---------------

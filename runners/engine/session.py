@@ -23,6 +23,19 @@ DEFAULT_CONF: dict[str, str] = {
 }
 
 
+def session_conf(
+    conf: Mapping[str, str] | None = None, env: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """What the builder sets: `DEFAULT_CONF` but for the keys the run's submitted settings
+    (``PYSPARK_SUBMIT_ARGS``: a version's `spark_conf`, the launcher's) already give — the
+    builder's settings would override them — then `conf`."""
+    from runners.engine.spark_ui import submitted_conf
+
+    submitted = submitted_conf(config.environment() if env is None else env)
+    defaults = {key: value for key, value in DEFAULT_CONF.items() if key not in submitted}
+    return {**defaults, **(conf or {})}
+
+
 def build_spark_session(
     *,
     master: str | None = None,
@@ -44,7 +57,7 @@ def build_spark_session(
     )
     builder = SparkSession.builder.master(master or config.current().spark_master)
     builder = builder.appName(app_name)
-    for key, value in {**DEFAULT_CONF, **(conf or {})}.items():
+    for key, value in session_conf(conf).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")

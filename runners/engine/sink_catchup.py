@@ -301,12 +301,6 @@ class ChainSinkBase:
         return self.held(str(pending["writer"]))  # type: ignore[attr-defined, no-any-return]
 
 
-def chain_sinks(sinks: Sequence[Any]) -> tuple[list[ChainSink], list[Any]]:
-    """(the sinks the follower drives, the others: two-phase sinks like Kafka's)."""
-    chain = [s for s in sinks if isinstance(s, ChainSink)]
-    return chain, [s for s in sinks if not isinstance(s, ChainSink)]
-
-
 def epoch_table(output: EpochOutput) -> pa.Table:
     """One epoch's output rows (every part) with an ``_epoch`` column; no rows: a table of
     the ``_epoch`` column only."""
@@ -324,7 +318,6 @@ __all__ = [
     "SinkFollower",
     "SinkRefused",
     "chain_epochs",
-    "chain_sinks",
     "epoch_output",
     "epoch_table",
     "writer_id",

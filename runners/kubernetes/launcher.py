@@ -272,6 +272,15 @@ class KubernetesLauncher:
                 "holding AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY) or set "
                 "EPOCHAL_STORE_CREDENTIALS_SECRET"
             )
+        unmounted = sorted(set(spec.sink_credentials_env) - set(spec.sink_secrets))
+        if unmounted:
+            sink = unmounted[0]
+            raise LauncherError(
+                f"sink {sink!r} takes its credentials from ${spec.sink_credentials_env[sink]} in "
+                "the control plane's environment, which cannot reach a pod without writing the "
+                "secret into its spec: an admin gives the sink a Kubernetes secret holding that "
+                "variable (credentials_secret)"
+            )
         if spec.store_url.startswith("file:"):
             log.warning(
                 "run %s uses a file store (%s): every Pod sees its own filesystem; "

@@ -152,16 +152,18 @@ def driver_environment(spec: JobSpec, placement: Placement) -> dict[str, str]:
 
 
 def _credentials(spec: JobSpec) -> list[dict[str, Any]]:
-    if spec.store_credentials_secret is None:
-        return []
-    return [{"secretRef": {"name": spec.store_credentials_secret}}]
+    """The Secrets the job's containers take their environment from: the store's, then each
+    sink's (once each, in sink order)."""
+    store = [] if spec.store_credentials_secret is None else [spec.store_credentials_secret]
+    names = dict.fromkeys([*store, *spec.sink_secrets.values()])
+    return [{"secretRef": {"name": name}} for name in names]
 
 
 def executor_pod_template(spec: JobSpec) -> dict[str, Any]:
-    """What Spark's conf cannot say about executors: tolerations and store credentials."""
+    """What Spark's conf cannot say about executors: tolerations, store and sink credentials."""
     container: dict[str, Any] = {"name": EXECUTOR_CONTAINER}
-    if spec.store_credentials_secret is not None:
-        container["envFrom"] = _credentials(spec)
+    if credentials := _credentials(spec):
+        container["envFrom"] = credentials
     pod_spec: dict[str, Any] = {"containers": [container]}
     if spec.tolerations:
         pod_spec["tolerations"] = [t.to_kubernetes() for t in spec.tolerations]
@@ -192,8 +194,8 @@ def driver_pod(spec: JobSpec, placement: Placement) -> dict[str, Any]:
         },
         "volumeMounts": [{"name": "job-spec", "mountPath": CONFIG_MOUNT, "readOnly": True}],
     }
-    if spec.store_credentials_secret is not None:
-        container["envFrom"] = _credentials(spec)
+    if credentials := _credentials(spec):
+        container["envFrom"] = credentials
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "serviceAccountName": spec.service_account or placement.service_account,

@@ -25,8 +25,11 @@ pytestmark = pytest.mark.django_db
 Client = Callable[[str | None], APIClient]
 
 
-def _register(name: str, kind: str, config: dict[str, Any], credentials_env: str = "") -> Sink:
-    sink = Sink(name=name, kind=kind, config=config, credentials_env=credentials_env)
+def _register(
+    name: str, kind: str, config: dict[str, Any], credentials_env: str = "", secret: str = ""
+) -> Sink:
+    sink = Sink(name=name, kind=kind, config=config, credentials_env=credentials_env,
+                credentials_secret=secret)  # fmt: skip
     sink.full_clean()
     sink.save()
     return sink
@@ -61,12 +64,16 @@ def test_viewers_read_the_registry_and_nobody_writes_it_over_rest(
     roots: Path, client_for: Client
 ) -> None:
     _register("rows", "postgres", {"url": "postgresql://app@127.0.0.1/db", "table": "clicks"},
-              credentials_env="CLICKS_DB_PASSWORD")  # fmt: skip
+              credentials_env="CLICKS_DB_PASSWORD", secret="clicks-db")  # fmt: skip
+    with pytest.raises(ValidationError, match="set credentials_env too"):  # a secret of what?
+        _register("rows2", "postgres", {"url": "postgresql://app@127.0.0.1/db", "table": "t"},
+                  secret="clicks-db")  # fmt: skip
     response = client_for("viewer").get("/api/sinks/")
     assert response.status_code == 200
     (row,) = response.json()["results"]
     assert row["name"] == "rows" and row["kind"] == "postgres"
     assert row["credentials_env"] == "CLICKS_DB_PASSWORD"
+    assert row["credentials_secret"] == "clicks-db"  # the Kubernetes Secret's name, no more
     assert "password" not in str(row["config"]).lower()
     for role, status in (("operator", 403), ("admin", 405)):  # admins use the admin site
         posted = client_for(role).post("/api/sinks/", {"name": "x", "kind": "delta"})
@@ -79,7 +86,7 @@ def test_a_version_names_registered_sinks_and_the_spec_carries_their_config(
 ) -> None:
     _register("lake", "delta", {"path": str(roots / "lake"), "partition_by": ["key"]})
     _register("rows", "postgres", {"url": "postgresql://app@127.0.0.1/db", "table": "clicks"},
-              credentials_env="CLICKS_DB_PASSWORD")  # fmt: skip
+              credentials_env="CLICKS_DB_PASSWORD", secret="clicks-db")  # fmt: skip
     url = f"/api/applications/{lineage.application.name}/versions/"
     refused = client_for("admin").post(
         url, {"job": JOB_REFERENCE, "config": {"sinks": ["lake", "nope"]}}, format="json"
@@ -102,6 +109,9 @@ def test_a_version_names_registered_sinks_and_the_spec_carries_their_config(
          "config": {"url": "postgresql://app@127.0.0.1/db", "table": "clicks",
                     "password_env": "CLICKS_DB_PASSWORD"}},
     )  # fmt: skip
+    # the password's variable, and the Kubernetes Secret holding it (mounted, never read here)
+    assert spec.sink_credentials_env == {"rows": "CLICKS_DB_PASSWORD"}
+    assert spec.sink_secrets == {"rows": "clicks-db"}
     assert JobSpec.from_dict(spec.to_dict()) == spec
     args = spec.engine_arguments()
     assert args[args.index("--sinks") + 1].startswith('[{"config": {"partition_by"')

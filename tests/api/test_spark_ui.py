@@ -13,6 +13,7 @@ import pytest
 from controlplane.errors import InvalidRequest, NotFound
 from controlplane.jobs import spark_ui
 from controlplane.jobs.models import Run, RunPhase
+from runners.engine.session import DEFAULT_CONF, session_conf
 from runners.engine.spark_ui import job_session_conf, submitted_conf
 from runners.job_spec import JobSpec
 from runners.kubernetes import manifests
@@ -33,6 +34,16 @@ def test_a_jobs_driver_turns_the_ui_on_unless_its_version_turns_it_off() -> None
     off = pyspark_submit_args("local[2]", {"spark.ui.enabled": "false"}, 1024)
     assert job_session_conf({"PYSPARK_SUBMIT_ARGS": off}) == {"spark.ui.enabled": "false"}
     assert job_session_conf({}) == {"spark.ui.enabled": "true"}
+
+
+def test_a_versions_submitted_settings_win_over_the_library_defaults() -> None:
+    # a builder setting would override the --conf of PYSPARK_SUBMIT_ARGS: defaults step aside
+    args = pyspark_submit_args("local[2]", {"spark.sql.shuffle.partitions": "64"}, 1024)
+    env = {"PYSPARK_SUBMIT_ARGS": args}
+    built = session_conf(job_session_conf(env), env)
+    assert "spark.sql.shuffle.partitions" not in built  # the submitted 64 stays
+    assert built["spark.ui.enabled"] == "true" and built["spark.python.worker.reuse"] == "true"
+    assert session_conf(None, {}) == DEFAULT_CONF  # a library or test session: all defaults
 
 
 def test_the_started_event_says_where_the_ui_is() -> None:

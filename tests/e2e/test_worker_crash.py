@@ -91,6 +91,7 @@ def running_job(control_plane: ControlPlane) -> ControlPlane:
     return plane
 
 
+@pytest.mark.slow  # the rollback's crash in each phase runs in CI; these two with -m slow
 def test_rescale_survives_a_worker_killed_in_each_phase(running_job: ControlPlane) -> None:
     plane = running_job
     p = 2
@@ -119,6 +120,7 @@ def test_rollback_survives_a_worker_killed_in_each_phase(running_job: ControlPla
         check_one_instance(plane, "clicks-main", f"rollback/{phase}")
 
 
+@pytest.mark.slow  # the rollback's crash in each phase runs in CI; these two with -m slow
 def test_fork_survives_a_worker_killed_in_each_phase(running_job: ControlPlane) -> None:
     from controlplane.applications.models import ApplicationVersion
     from controlplane.jobs.models import Job

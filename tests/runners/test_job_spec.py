@@ -17,6 +17,9 @@ def test_job_spec_round_trips_through_json_form(make_spec) -> None:  # type: ign
         image_pull_secrets=["regcred"],
         store_credentials_secret="store-creds",
         spark_conf={"spark.sql.shuffle.partitions": "8"},
+        sinks=[{"name": "rows", "kind": "postgres", "config": {"password_env": "ROWS_PW"}}],
+        sink_credentials_env={"rows": "ROWS_PW"},
+        sink_secrets={"rows": "rows-db"},
     )
     again = JobSpec.from_dict(spec.to_dict())
     assert again == spec
@@ -49,6 +52,21 @@ def test_engine_arguments_match_the_engine_command_line(make_spec) -> None:  # t
         ({"run_id": "Not_Valid"}, "run_id"),
         ({"spark_conf": {"executor.cores": "2"}}, "spark_conf"),
         ({"store_url": " "}, "store_url"),
+        ({"sink_secrets": {"rows": "rows-db"}}, "sink_secrets"),  # names no sink of the job
+        (
+            {
+                "sinks": [{"name": "rows", "kind": "postgres", "config": {}}],
+                "sink_secrets": {"rows": "Rows_DB"},
+            },
+            "sink_secrets",
+        ),
+        (
+            {
+                "sinks": [{"name": "rows", "kind": "postgres", "config": {}}],
+                "sink_credentials_env": {"rows": "ROWS-PW"},
+            },
+            "sink_credentials_env",
+        ),
     ],
 )
 def test_invalid_job_specs_are_refused_naming_the_field(make_spec, changes, field) -> None:  # type: ignore[no-untyped-def]

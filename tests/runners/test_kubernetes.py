@@ -19,6 +19,7 @@ from runners.kubernetes import (
     KubernetesApiError,
     KubernetesForbiddenError,
     KubernetesLauncher,
+    manifests,
     pod_status,
 )
 from runners.launcher import STOP_KEY, LauncherError, RunHandle, RunPhase, RunStatus
@@ -488,4 +489,34 @@ def test_credentials_named_by_variables_without_a_secret_are_refused_before_any_
     spec = make_spec(store_credentials_env="ARCHIVE")
     with pytest.raises(LauncherError, match=r"\$ARCHIVE_AWS_\*.*credentials_secret"):
         launcher.start(spec)
+    rows = [{"name": "rows", "kind": "postgres", "config": {"password_env": "ROWS_PW"}}]
+    spec = make_spec(sinks=rows, sink_credentials_env={"rows": "ROWS_PW"})
+    with pytest.raises(LauncherError, match=r"sink 'rows' .*\$ROWS_PW.*credentials_secret"):
+        launcher.start(spec)
     assert list(api.k[:]) == []  # nothing was created, no secret written into a pod spec
+
+
+def test_sink_secrets_are_mounted_beside_the_stores_on_driver_and_executors(  # type: ignore[no-untyped-def]
+    api, launcher, make_spec
+) -> None:
+    sinks = [
+        {"name": "rows", "kind": "postgres", "config": {"password_env": "ROWS_PW"}},
+        {"name": "lake", "kind": "delta", "config": {"credentials_env": "LAKE"}},
+        {"name": "copy", "kind": "postgres", "config": {"password_env": "ROWS_PW"}},
+    ]
+    spec = make_spec(
+        run_id="aaaa00000002",
+        store_credentials_secret="store-creds",
+        sinks=sinks,
+        sink_credentials_env={"rows": "ROWS_PW", "lake": "LAKE", "copy": "ROWS_PW"},
+        sink_secrets={"rows": "rows-db", "lake": "lake-s3", "copy": "rows-db"},
+    )
+    launcher.start(spec)
+    pod = api.object("pods", NS, "orders-app-aaaa00000002-driver")
+    assert pod is not None
+    [container] = pod["spec"]["containers"]
+    mounted = [{"secretRef": {"name": n}} for n in ("store-creds", "rows-db", "lake-s3")]
+    assert container["envFrom"] == mounted  # each Secret once, the store's first
+    assert "ROWS_PW" not in json.dumps(container["env"])  # the variable comes from the Secret
+    [executor] = manifests.executor_pod_template(spec)["spec"]["containers"]
+    assert executor["envFrom"] == mounted

@@ -37,9 +37,11 @@ class Job:
     head: str | None = None
 
     def commit(self, label: str, epoch: int, *, lag: int | None, kind: str = "epoch",
-               sinks: bool = True, parent: str | None = None) -> str:  # fmt: skip
+               sinks: bool = True, parent: str | None = None,
+               stream_lag: int | None = None) -> str:  # fmt: skip
         """An engine-like commit on main: both sinks' pending records and the chain sink's lag
-        (`lag`: epochs of the chain, up to the parent, the destination lacked)."""
+        (`lag`: epochs of the chain, up to the parent, the destination lacked; `stream_lag`:
+        the log sink's own, recorded since the catch-up driver follows it too)."""
         extra: dict[str, Any] = {"job": "totals", "key": ["k"]}
         if sinks:
             extra["sinks"] = {
@@ -53,6 +55,8 @@ class Job:
             stats={"records_in": 10} if lag is None else {"records_in": 10, "sink_lag_epochs": lag},
             extra=extra,
         )  # fmt: skip
+        if stream_lag is not None:
+            manifest.stats["sink_lag_epochs.stream"] = stream_lag
         self.head = self.repo.commit(manifest, "main", expected_head=self.head, reason=label)
         self.ids[label] = self.head
         reindex_application(application=self.application, repo=self.repo)
@@ -244,3 +248,70 @@ def test_reindex_fills_the_sink_facts_of_snapshots_indexed_before_them(
             "e2": {"lake": "pending", "stream": "pending"},
         }
     )
+
+
+def test_a_followed_log_sink_is_judged_by_its_own_lag_not_by_a_child(job: Job) -> None:
+    """Redis and RabbitMQ Streams (and Iceberg) follow the branch on the catch-up driver: a
+    child committed while the log was down does not prove the log has the epoch."""
+    job.commit("e1", 1, lag=0, stream_lag=0)
+    job.commit("e2", 2, lag=0, stream_lag=1)  # the log is down: it lacks epoch 1
+    job.commit("e3", 3, lag=0, stream_lag=2)
+    assert {label: s["stream"] for label, s in job.statuses().items()} == {
+        "e1": "pending",  # a child staged it, but the log lacked it when e2 committed
+        "e2": "pending",
+        "e3": "pending",
+    }
+    job.commit("e4", 4, lag=0, stream_lag=0)  # back: it caught up to epoch 3 in order
+    assert [label for label, s in job.statuses().items() if s["stream"] == "pending"] == ["e4"]
+
+
+def test_a_rollback_while_the_log_lags_leaves_its_unpublished_epoch_abandoned(
+    job: Job,
+) -> None:
+    for epoch, stream_lag in ((1, 0), (2, 0), (3, 1)):  # the log lacks epoch 2 when 3 commits
+        job.commit(f"e{epoch}", epoch, lag=0, stream_lag=stream_lag)
+    job.commit("rollback", 2, lag=None, kind="rollback", sinks=False, parent=job.ids["e2"])
+    job.commit("e3b", 3, lag=0, stream_lag=0)  # back: it holds the chain up to epoch 2
+    statuses = job.statuses(branch=None)
+    assert statuses["e3"]["stream"] == "abandoned"  # never staged by a child: never published
+    assert statuses["e2"]["stream"] == "written" and statuses["e1"]["stream"] == "written"
+    assert statuses["e3b"]["stream"] == "pending"
+
+
+def test_the_snapshot_log_and_graph_carry_the_sinks_on_request(
+    job: Job, client_for: ClientFor, settings: Any
+) -> None:
+    settings.EPOCHAL_RESPONSE_CACHE_BYTES = 0  # every read is built
+    viewer = client_for("viewer")
+    for epoch in (1, 2):
+        job.commit(f"e{epoch}", epoch, lag=0, stream_lag=0)
+    one = {
+        label: viewer.get(f"/api/applications/totals/snapshots/{sid}/").json()["sinks"]
+        for label, sid in job.ids.items()
+    }
+    expected = {job.ids[label]: sinks for label, sinks in one.items() if sinks}
+    assert expected[job.ids["e1"]] == {"lake": "written", "stream": "written"}
+    urls = ("/api/applications/totals/snapshots/?rev=main", "/api/applications/totals/lineage/")
+    for url in urls:
+        plain = viewer.get(url).json()
+        assert "sinks" not in plain  # the three-statement reads stay as they were
+        prerendered = viewer.get(url + ("&" if "?" in url else "?") + "sinks=true")
+        rendered = viewer.get(
+            url + ("&" if "?" in url else "?") + "sinks=true",
+            HTTP_ACCEPT="application/json; indent=2",
+        )
+        assert prerendered.json()["sinks"] == rendered.json()["sinks"] == expected, url
+        assert list(prerendered.json()["sinks"]) == [
+            r["snapshot_id"] for r in prerendered.json()["results"] if r["snapshot_id"] in expected
+        ]  # in the page's order
+
+    def statements(url: str) -> int:
+        viewer.get(url)  # the session and the application's id cached, as in use
+        with CaptureQueriesContext(connection) as captured:
+            assert viewer.get(url).status_code == 200
+        return len(captured)
+
+    few = {u: statements(u + ("&" if "?" in u else "?") + "sinks=true") for u in urls}
+    for epoch in range(3, 13):
+        job.commit(f"e{epoch}", epoch, lag=1, stream_lag=1)
+    assert {u: statements(u + ("&" if "?" in u else "?") + "sinks=true") for u in urls} == few

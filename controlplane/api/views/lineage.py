@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -40,7 +41,8 @@ from controlplane.changes.selectors import revision
 from controlplane.errors import InvalidRequest
 from controlplane.lineage import selectors, store_reads
 from controlplane.lineage.errors import UnknownRevisionError
-from controlplane.lineage.sink_status import snapshot_sinks
+from controlplane.lineage.sink_status import STATUSES as SINK_STATUSES
+from controlplane.lineage.sink_status import sink_statuses, snapshot_sinks
 from controlplane.refnames import checked_ref, checked_revision
 
 _T = TypeVar("_T")
@@ -57,6 +59,24 @@ def _indexed(name: str, read: Callable[[Application], _T]) -> _T:
 
 
 TAGS = ["lineage"]
+
+
+def _sinks_field() -> serializers.DictField:
+    return serializers.DictField(
+        child=serializers.DictField(child=serializers.ChoiceField(choices=SINK_STATUSES)),
+        required=False,
+        help_text="Only with `sinks=true`: snapshot id -> each sink's status for the page's "
+        "snapshots, as `sinks` of GET …/snapshots/{id}/ (judged against the snapshot's own "
+        "branch; snapshots without a sink are left out)",
+    )
+
+
+_SINKS_PARAMETER = OpenApiParameter(
+    "sinks",
+    OpenApiTypes.BOOL,
+    description="Add `sinks`: each snapshot's sinks' statuses (docs/sinks.md), read in a fixed "
+    "number of statements for the page (one, and one per branch judged, at most 12).",
+)
 
 
 def _flag(request: Request, name: str) -> bool:
@@ -106,18 +126,29 @@ class SnapshotLogView(ApiView):
                 OpenApiTypes.BOOL,
                 description="Follow only first parents (the branch's own line).",
             ),
+            _SINKS_PARAMETER,
             *PAGE_PARAMETERS,
         ],
         responses={
-            200: page_of(SnapshotSummarySerializer, "SnapshotPage"),
+            200: inline_serializer(
+                "SnapshotPage",
+                {
+                    "next": serializers.URLField(allow_null=True),
+                    "previous": serializers.URLField(allow_null=True),
+                    "results": SnapshotSummarySerializer(many=True),
+                    "sinks": _sinks_field(),
+                },
+            ),
             404: error("Unknown application or revision."),
         },
     )
     def get(self, request: Request, name: str) -> Response:
         rev = checked_ref(request.query_params.get("rev"), field="rev") or "main"
         first_parent = _flag(request, "first_parent")
+        with_sinks = _flag(request, "sinks")
         limit = page_limit(request)
         cursor = request.query_params.get("cursor") or None
+        key = lineage_key(application_ref(name=name).pk)
 
         def begin() -> tuple[selectors.LogStart, str]:
             start = _indexed(
@@ -126,11 +157,13 @@ class SnapshotLogView(ApiView):
                     application=application, rev=rev, first_parent=first_parent
                 ),
             )
-            # The page is fixed by where the log starts (histories never change) and the query.
-            return start, etag_for(request, "log", start.version, first_parent, limit, cursor or "")
+            # The page is fixed by where the log starts (histories never change) and the
+            # query; its sinks' statuses change with any commit of the application.
+            moved = revision(key) if with_sinks else ""
+            parts = (start.version, first_parent, limit, cursor or "", moved)
+            return start, etag_for(request, "log", *parts)
 
         watch = watch_seconds(request) > 0 and "If-None-Match" in request.headers
-        key = lineage_key(application_ref(name=name).pk)
         seen = revision(key) if watch else 0  # before the log: no commit falls in between
         return conditional_read(
             request,
@@ -138,25 +171,46 @@ class SnapshotLogView(ApiView):
             seen=seen,  # a commit somewhere in the application: did this log move?
             first=begin(),
             look=begin,
-            build=lambda start: _log_page(request, name, start, limit, cursor),
+            build=lambda start: _log_page(request, name, start, limit, cursor, with_sinks),
         )
 
 
+def _page_sinks(application: Application, ids: list[str]) -> dict[str, dict[str, str]]:
+    """Snapshot id -> its sinks' statuses (`sink_statuses`, each judged against its own
+    branch, as `GET …/snapshots/{id}/` does), in the page's order; snapshots without any are
+    left out. A fixed number of statements for the page, never one per row."""
+    statuses = sink_statuses(application=application, snapshot_ids=ids)
+    return {sid: statuses.of(sid) for sid in ids if statuses.of(sid)}
+
+
+def _sinks_json(sinks: dict[str, dict[str, str]]) -> str:
+    return json.dumps(sinks, ensure_ascii=False, separators=(",", ":"))
+
+
 def _log_page(
-    request: Request, name: str, start: selectors.LogStart, limit: int, cursor: str | None
+    request: Request,
+    name: str,
+    start: selectors.LogStart,
+    limit: int,
+    cursor: str | None,
+    with_sinks: bool,
 ) -> Response:
     prefix = snapshot_url_prefix(request, name)
     if accepts_prerendered(request):
         text = selectors.snapshot_log_page_json(start, limit=limit, cursor=cursor)
         if text is not None:  # PostgreSQL built the summaries' JSON
             links = page_response_data(request, [], text.next_cursor)
-            return prerendered_json(
-                {"next": links["next"], "previous": links["previous"]},
-                {"results": snapshot_summaries_json(text.rows, prefix)},
-            )
+            raw = {"results": snapshot_summaries_json(text.rows, prefix)}
+            if with_sinks:
+                ids = [sid for sid, _ in text.rows]
+                raw["sinks"] = _sinks_json(_page_sinks(application_ref(name=name), ids))
+            return prerendered_json({"next": links["next"], "previous": links["previous"]}, raw)
     page = selectors.snapshot_log_page(start, limit=limit, cursor=cursor)
-    data = snapshot_summaries(page.snapshots, prefix)
-    return Response(page_response_data(request, data, page.next_cursor))
+    data = page_response_data(request, snapshot_summaries(page.snapshots, prefix), page.next_cursor)
+    if with_sinks:
+        ids = [s.snapshot_id for s in page.snapshots]
+        data["sinks"] = _page_sinks(application_ref(name=name), ids)
+    return Response(data)
 
 
 class SnapshotDetailView(ApiView):
@@ -210,7 +264,7 @@ class LineageGraphView(ApiView):
     @extend_schema(
         tags=TAGS,
         summary="A page of the lineage graph: recently indexed snapshots, edges and refs",
-        parameters=PAGE_PARAMETERS,
+        parameters=[_SINKS_PARAMETER, *PAGE_PARAMETERS],
         responses={
             200: inline_serializer(
                 "LineageGraphPage",
@@ -223,6 +277,7 @@ class LineageGraphView(ApiView):
                         child=serializers.ListField(child=serializers.CharField()),
                         help_text="snapshot id -> heads/… and tags/… pointing at it",
                     ),
+                    "sinks": _sinks_field(),
                 },
             )
         },
@@ -231,24 +286,25 @@ class LineageGraphView(ApiView):
         application = application_ref(name=name)
         limit = page_limit(request, default=200)
         cursor = request.query_params.get("cursor") or None
+        with_sinks = _flag(request, "sinks")
         key = lineage_key(application.pk)
         seen = revision(key)
 
         def look() -> tuple[None, str]:
-            return None, etag_for(request, "lineage", application.pk, revision(key))
+            return None, etag_for(request, "lineage", application.pk, revision(key), with_sinks)
 
         return conditional_read(
             request,
             key=key,
             seen=seen,
-            first=(None, etag_for(request, "lineage", application.pk, seen)),
+            first=(None, etag_for(request, "lineage", application.pk, seen, with_sinks)),
             look=look,
-            build=lambda _: _graph_page(request, application, limit, cursor),
+            build=lambda _: _graph_page(request, application, limit, cursor, with_sinks),
         )
 
 
 def _graph_page(
-    request: Request, application: Application, limit: int, cursor: str | None
+    request: Request, application: Application, limit: int, cursor: str | None, with_sinks: bool
 ) -> Response:
     prefix = snapshot_url_prefix(request, application.name)
     if accepts_prerendered(request):
@@ -257,18 +313,20 @@ def _graph_page(
         )
         if text is not None:  # PostgreSQL built the rows' JSON
             links = page_response_data(request, [], text.next_cursor)
-            return prerendered_json(
-                {"next": links["next"], "previous": links["previous"]},
-                {
-                    "results": f"[{text.results}]",
-                    "edges": f"[{text.edges}]",
-                    "refs": f"{{{text.refs}}}",
-                },
-            )
+            raw = {
+                "results": f"[{text.results}]",
+                "edges": f"[{text.edges}]",
+                "refs": f"{{{text.refs}}}",
+            }
+            if with_sinks:
+                raw["sinks"] = _sinks_json(_page_sinks(application, list(text.ids)))
+            return prerendered_json({"next": links["next"], "previous": links["previous"]}, raw)
     page = selectors.lineage_graph_page(application=application, limit=limit, cursor=cursor)
     data = page_response_data(request, snapshot_summaries(page.snapshots, prefix), page.next_cursor)
     data["edges"] = [
         {"child": e.child, "parent": e.parent, "position": e.position} for e in page.edges
     ]
     data["refs"] = page.refs
+    if with_sinks:
+        data["sinks"] = _page_sinks(application, [s.snapshot_id for s in page.snapshots])
     return Response(data)

@@ -114,6 +114,9 @@ class SinkListView(ApiView):
                             "credentials_env": serializers.CharField(
                                 help_text="Environment variable name (never the secret)."
                             ),
+                            "credentials_secret": serializers.CharField(
+                                help_text="Kubernetes Secret holding that variable (its name)."
+                            ),
                             "description": serializers.CharField(),
                         },
                         many=True,
@@ -131,6 +134,7 @@ class SinkListView(ApiView):
                         "kind": s.kind,
                         "config": s.config,
                         "credentials_env": s.credentials_env,
+                        "credentials_secret": s.credentials_secret,
                         "description": s.description,
                     }
                     for s in sink_list()

@@ -260,13 +260,16 @@ class IcebergSink(FromConfig):
             if held is not None and held.epoch >= output.epoch:
                 # the branch was rolled back: the table holds epochs no longer on its chain;
                 # take them out (one overwrite snapshot), then append this epoch after them
+                # unless the table already holds it (the head a restart finishes)
+                keep = output.epoch if self._holds(table, writer, output) else output.epoch - 1
                 log.info(
                     "%s holds epoch %d of snapshot %s, not this branch's %s: rolling the table "
                     "back to epoch %d",
-                    self._describe(), held.epoch, held.snapshot_id, output.snapshot_id,
-                    output.epoch - 1,
+                    self._describe(), held.epoch, held.snapshot_id, output.snapshot_id, keep,
                 )  # fmt: skip
-                self.rollback_to(output.epoch - 1, namespace=output.namespace, branch=output.branch)
+                self.rollback_to(keep, namespace=output.namespace, branch=output.branch)
+                if keep == output.epoch:
+                    return
                 table = self.load(None if rows is None else rows.schema)
                 held, _ = self.held(table, writer) if table is not None else (None, None)
                 if held is not None and held.epoch >= output.epoch:
@@ -294,6 +297,22 @@ class IcebergSink(FromConfig):
         raise IcebergSinkError(
             f"{self._describe()}: {COMMIT_ATTEMPTS} concurrent commits came first; retry"
         )
+
+    @staticmethod
+    def _holds(table: Any, writer: str, output: EpochOutput) -> bool:
+        """Whether the writer's newest snapshot at or before `output`'s epoch is that epoch
+        from `output`'s store snapshot."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+            summary = snapshot.summary
+            if summary is None or summary.get(IDENTITY) != writer:
+                continue
+            if int(summary.get(EPOCH, 0)) <= output.epoch:
+                return (int(summary.get(EPOCH, 0)), summary.get(SNAPSHOT)) == (
+                    output.epoch, output.snapshot_id,
+                )  # fmt: skip
+        return False
 
     @staticmethod
     def _append(table: Any, files: list[Any], summary: dict[str, str]) -> Any:
@@ -354,6 +373,11 @@ class IcebergSink(FromConfig):
         for row in [] if table is None else table.scan().to_arrow().to_pylist():
             epochs.setdefault(int(row.pop(EPOCH_COLUMN)), []).append(row)
         return epochs
+
+    def forget_staged(self) -> None:
+        """Forget the data files staged in memory: a later commit reads them back from the
+        pending record's paths (or writes them again from the store)."""
+        self._staged.clear()
 
     def close(self) -> None:
         self._staged.clear()

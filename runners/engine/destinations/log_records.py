@@ -114,9 +114,16 @@ def _json_values(column: pa.Array) -> pa.Array | None:
 
 
 class LogSink(FromConfig):
-    """What the log sinks share beside their config: they cannot unpublish."""
+    """What the log sinks share beside their config: they cannot unpublish, and what they
+    prepare (each epoch's encoded rows) is a cache of the store's output."""
 
     name: str
+    _prepared: dict[tuple[str, str, int], list[bytes]]
+
+    def forget_staged(self) -> None:
+        """Drop the prepared rows: an epoch committed later is encoded again from the store
+        (the catch-up driver, staged_catchup.py, while the destination is down)."""
+        self._prepared.clear()
 
     def rollback_to(self, epoch: int, *, namespace: str = "", branch: str = "") -> None:
         """Always `CannotUnpublishError`: the core asks the operator to confirm; the branch's

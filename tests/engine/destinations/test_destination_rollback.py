@@ -17,6 +17,7 @@ import pytest
 from runners.engine import EpochRunner, Job, sources
 from runners.engine import aggregations as agg
 from runners.engine.destinations import build
+from runners.engine.destinations.iceberg import EPOCH, EPOCH_COLUMN, ROLLBACK, SNAPSHOT
 from runners.engine.destinations.log_records import SLOT, CannotUnpublishError
 from runners.engine.rabbitmq_stream import RabbitMQStreamSource
 from runners.engine.redis_stream import RedisStreamSource, encode_id
@@ -59,6 +60,15 @@ def test_rollback_takes_the_table_back_and_logs_publish_the_new_line_after_the_o
     iceberg, redis_sink, rabbit = sinks
     # the table went back by itself (the sink found epoch 2 held from the abandoned snapshot)
     assert contents(iceberg) == new  # the table is the branch's first-parent chain
+    # its history keeps the rollback: one overwrite snapshot naming epoch 1 of the chain again,
+    # as of which the table held epoch 1 alone (time travel still reads the abandoned epochs)
+    table = iceberg.load()
+    marks = [s for s in table.snapshots() if s.summary and s.summary.get(ROLLBACK) == "true"]
+    assert [(m.summary.get(EPOCH), m.summary.get(SNAPSHOT)) for m in marks] == [("1", chain[1])]
+    at_rollback = table.scan(snapshot_id=marks[0].snapshot_id).to_arrow()
+    assert set(at_rollback.column(EPOCH_COLUMN).to_pylist()) == {1}
+    before = table.scan(snapshot_id=marks[0].parent_snapshot_id).to_arrow()
+    assert set(before.column(EPOCH_COLUMN).to_pylist()) == {1, 2, 3}
     head = repo.read_manifest(repo.resolve("main"))
     assert {name: head.extra[SINKS][name]["staged"].get("generation") for name in
             ("redis", "rabbitmq")} == {"redis": 2, "rabbitmq": 2}  # fmt: skip
