@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import threading
 import weakref
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,8 @@ TIMEOUT_S = 60.0
 FRAME_BYTES = 512 * 1024
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+#: guards the creation of a sink's session
+_SESSIONS = threading.Lock()
 
 
 class RabbitMQSinkError(RuntimeError):
@@ -125,11 +128,12 @@ class RabbitMQStreamsSink(LogSink):
             raise RabbitMQSinkError(f"{self._describe()} at {self.url}: {exc!r}") from None
 
     def _session(self) -> BrokerSession:
-        if self._broker is None:
-            self._broker = BrokerSession(self.url, self.stream, load_balancer=self.load_balancer,
-                                         name=self.name)  # fmt: skip
-            weakref.finalize(self, self._broker.close)
-        return self._broker
+        with _SESSIONS:  # prepare (the job's thread) and commit (the catch-up driver's) may race
+            if self._broker is None:
+                self._broker = BrokerSession(self.url, self.stream, name=self.name,
+                                             load_balancer=self.load_balancer)  # fmt: skip
+                weakref.finalize(self, self._broker.close)
+            return self._broker
 
     def _call(self, work: Callable[[BrokerSession], Coroutine[Any, Any, T]]) -> T:
         """Run `work` on the sink's connections to the broker (rabbitmq_session.py)."""
