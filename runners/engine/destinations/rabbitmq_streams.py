@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from runners.engine.crash import maybe_crash
-from runners.engine.destinations.fields import check_positive
+from runners.engine.destinations.fields import check_password_env, check_positive, with_password
 from runners.engine.destinations.log_records import (
     LogSink,
     encoded_rows,
@@ -72,12 +72,16 @@ class RabbitMQStreamsSink(LogSink):
 
     KIND: ClassVar[str] = KIND
     REQUIRED: ClassVar[dict[str, type]] = {"url": str, "stream": str}
-    OPTIONAL: ClassVar[dict[str, type]] = {"batch_size": int, "load_balancer": bool}
+    OPTIONAL: ClassVar[dict[str, type]] = {
+        "batch_size": int, "load_balancer": bool, "password_env": str,
+    }  # fmt: skip
 
     url: str
     stream: str
     batch_size: int = 5_000
     load_balancer: bool = False
+    #: the environment variable holding the password (never in `url`)
+    password_env: str = ""
     name: str = KIND
     _prepared: dict[tuple[str, str, int], list[bytes]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -95,6 +99,10 @@ class RabbitMQStreamsSink(LogSink):
                 f"characters), not {self.stream!r}"
             )
         check_positive(KIND, self.name, "batch_size", self.batch_size, MAX_MESSAGES)
+        check_password_env(KIND, self.name, self.password_env)
+
+    def _connect_url(self) -> str:
+        return with_password(self.url, self.password_env, KIND, self.name)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("_prepared", "_broker")}
@@ -112,7 +120,7 @@ class RabbitMQStreamsSink(LogSink):
     def _consumer(self) -> Any:
         from rstream import Consumer
 
-        e = Endpoint.parse(self.url)
+        e = Endpoint.parse(self._connect_url())
         return Consumer(
             e.host, e.port, username=e.username, password=e.password, vhost=e.vhost,
             connection_name="epochal-sink", load_balancer_mode=self.load_balancer,
@@ -130,7 +138,7 @@ class RabbitMQStreamsSink(LogSink):
     def _session(self) -> BrokerSession:
         with _SESSIONS:  # prepare (the job's thread) and commit (the catch-up driver's) may race
             if self._broker is None:
-                self._broker = BrokerSession(self.url, self.stream, name=self.name,
+                self._broker = BrokerSession(self._connect_url(), self.stream, name=self.name,
                                              load_balancer=self.load_balancer)  # fmt: skip
                 weakref.finalize(self, self._broker.close)
             return self._broker
