@@ -1,6 +1,6 @@
 """`python -m bench.sinks`: the RabbitMQ Streams sink (a stream on $RABBITMQ_STREAM_URL,
-default the local broker), measured by bench/sinks/paired_runs.py. Target: ratio_with_sink >=
-0.5."""
+default the local broker), measured by bench/sinks/paired_runs.py, with the sink's publishing
+settings in the result. Target: ratio_with_sink >= 0.5."""
 
 from __future__ import annotations
 
@@ -25,5 +25,12 @@ def destination(run: str) -> tuple[str, dict[str, Any], Callable[[], None]]:
 
 
 def measure(*, records_per_epoch: int, epochs: int, workdir: Path) -> dict[str, Any]:
-    return measure_sink(destination, records_per_epoch=records_per_epoch, epochs=epochs,
-                        workdir=workdir, target=TARGET)  # fmt: skip
+    from runners.engine.destinations.rabbitmq_streams import FRAME_BYTES, RabbitMQStreamsSink
+
+    result = measure_sink(destination, records_per_epoch=records_per_epoch, epochs=epochs,
+                          workdir=workdir, target=TARGET)  # fmt: skip
+    # the sink's publishing settings (its defaults: the bench registers only url and stream)
+    defaults = RabbitMQStreamsSink(url="rabbitmq-stream://u:p@h:5552/v", stream="s")
+    result["settings"] = {"batch_size": defaults.batch_size, "sub_entry_max_bytes": FRAME_BYTES,
+                          "load_balancer": defaults.load_balancer}  # fmt: skip
+    return result

@@ -16,7 +16,13 @@ from django.conf import settings
 from runners.engine.destinations import KINDS, build
 
 #: the config field each kind takes its credentials' environment variable in
-CREDENTIAL_FIELDS = {"delta": "credentials_env", "postgres": "password_env"}
+CREDENTIAL_FIELDS = {
+    "delta": "credentials_env",
+    "postgres": "password_env",
+    "iceberg": "password_env",
+    "redis_streams": "password_env",
+    "rabbitmq_streams": "password_env",
+}
 #: config fields naming a local directory (under EPOCHAL_SINK_ROOTS unless a URL)
 PATH_FIELDS = ("path", "warehouse")
 #: config fields naming a server by URL (its host in EPOCHAL_SINK_HOSTS when that is set)
@@ -86,5 +92,16 @@ def sink_config_errors(
         build(name or "sink", kind, resolved_config(name, kind, config, credentials_env))
     except ValueError as exc:
         return {"config": [str(exc)]}
-    places = _place_errors(kind, config)
+    places = _password_errors(config) + _place_errors(kind, config)
     return {"config": places} if places else {}
+
+
+def _password_errors(config: Mapping[str, Any]) -> list[str]:
+    """A password in a URL field: a registration names its variable (credentials_env), or the
+    password would sit in the database and in every viewer's GET /api/sinks/."""
+    return [
+        f"{field}: no password in the URL; put it in an environment variable and name that "
+        "variable with credentials_env"
+        for field in URL_FIELDS
+        if isinstance(config.get(field), str) and urlsplit(config[field]).password is not None
+    ]

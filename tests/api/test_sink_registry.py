@@ -46,6 +46,15 @@ def test_admins_register_sinks_inside_the_allowed_places_only(roots: Path) -> No
     _register("lake", "delta", {"path": str(roots / "lake")})
     cases = [
         ("delta", {"path": "/etc/lake"}, "path: /etc/lake is outside the sink roots"),
+        ("rabbitmq_streams", {"url": "rabbitmq-stream://app:pw@127.0.0.1:5552/%2F",
+                              "stream": "s"}, "url: no password in the URL"),
+        ("redis_streams", {"url": "redis://:pw@127.0.0.1:6379/0", "stream": "s"},
+         "url: no password in the URL"),
+        ("iceberg", {"catalog_uri": "postgresql+psycopg://app:pw@127.0.0.1/db",
+                     "warehouse": str(roots / "wh"), "table": "a.b"},
+         "catalog_uri: no password in the URL"),
+        ("redis_streams", {"url": "redis://127.0.0.1:6379/0", "stream": "s",
+                           "password_env": "PW"}, "set credentials_env instead"),
         ("delta", {"path": str(roots / "x"), "mode": "a"}, "sink 'bad': mode: unknown field"),
         ("postgres", {"url": "postgresql://evil.example/db", "table": "t"},
          "url: host 'evil.example' is not an allowed sink host"),

@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, Self
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from runners import config
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
@@ -48,6 +51,37 @@ def check_positive(kind: str, name: str, field: str, value: int, limit: int) -> 
         )
 
 
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
+def check_password_env(kind: str, name: str, value: str) -> None:
+    if value and not ENV_NAME.fullmatch(value):
+        raise ValueError(
+            f"sink {name!r} ({kind}): field 'password_env' must name an environment variable, "
+            f"not {value!r}"
+        )
+
+
+def with_password(url: str, password_env: str, kind: str, name: str) -> str:
+    """`url` with the password the environment variable `password_env` holds (read now, never
+    kept) in its userinfo; `url` itself when no variable is named. A registered sink's URL
+    never holds the password (the registry refuses one): an admin names the variable."""
+    if not password_env:
+        return url
+    password = config.secret(password_env)
+    if password is None:
+        raise ValueError(
+            f"sink {name!r} ({kind}): password_env: {password_env} is not set in the job's "
+            "environment; set it where the job runs (a Kubernetes Secret on the sink's "
+            "registration: credentials_secret)"
+        )
+    parts = urlsplit(url)
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{host}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 class FromConfig:
     """`from_config` for a destination class: its `KIND`, `REQUIRED` and `OPTIONAL` fields
     checked (`check_fields`), then the class's own checks of the values (``__post_init__``)."""
@@ -62,4 +96,4 @@ class FromConfig:
         return cls(**{**fields, "name": name})
 
 
-__all__ = ["FromConfig", "check_fields", "check_positive"]
+__all__ = ["FromConfig", "check_fields", "check_password_env", "check_positive", "with_password"]

@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 
 from runners.engine.crash import maybe_crash
-from runners.engine.destinations.fields import FromConfig
+from runners.engine.destinations.fields import FromConfig, check_password_env, with_password
 from runners.engine.destinations.log_records import identity
 from runners.engine.sinks import EpochOutput, Held
 
@@ -65,13 +65,17 @@ class IcebergSink(FromConfig):
 
     KIND: ClassVar[str] = KIND
     REQUIRED: ClassVar[dict[str, type]] = {"catalog_uri": str, "warehouse": str, "table": str}
-    OPTIONAL: ClassVar[dict[str, type]] = {"catalog_name": str, "create_table": bool}
+    OPTIONAL: ClassVar[dict[str, type]] = {
+        "catalog_name": str, "create_table": bool, "password_env": str,
+    }  # fmt: skip
 
     catalog_uri: str
     warehouse: str
     table: str
     catalog_name: str = "epochal"
     create_table: bool = True
+    #: the environment variable holding the catalog database's password (never in the URI)
+    password_env: str = ""
     name: str = KIND
     _staged: dict[tuple[str, str, int], list[Any]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -92,6 +96,7 @@ class IcebergSink(FromConfig):
                 f"sink {self.name!r} ({KIND}): field 'warehouse' must be an absolute path or a "
                 f"file:// or s3:// URL, not {self.warehouse!r}"
             )
+        check_password_env(KIND, self.name, self.password_env)
         if not TABLE.fullmatch(self.table):
             raise ValueError(
                 f"sink {self.name!r} ({KIND}): field 'table' must be <namespace>.<name> "
@@ -114,7 +119,7 @@ class IcebergSink(FromConfig):
         if self._catalog is None:
             from pyiceberg.catalog.sql import SqlCatalog
 
-            uri = self.catalog_uri
+            uri = with_password(self.catalog_uri, self.password_env, KIND, self.name)
             if uri.startswith("postgresql") and "connect_timeout" not in uri:
                 uri += ("&" if "?" in uri else "?") + "connect_timeout=5"
             warehouse = self.warehouse if "://" in self.warehouse else f"file://{self.warehouse}"

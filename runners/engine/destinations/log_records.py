@@ -95,7 +95,7 @@ def json_lines(table: pa.Table) -> list[bytes]:
     if not pieces:
         return [b"{}"] * table.num_rows
     joined = pc.binary_join_element_wise(*pieces, "}", "")
-    return [value.encode() for value in joined.to_pylist()]
+    return joined.cast(pa.binary()).to_pylist()  # type: ignore[no-any-return]
 
 
 def _json_values(column: pa.Array) -> pa.Array | None:

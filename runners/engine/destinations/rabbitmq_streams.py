@@ -2,10 +2,11 @@
 
 Every row of an epoch is published to `stream` as an AMQP 1.0 message (the row as a JSON body,
 application properties ``epochal-epoch`` and ``epochal-snapshot``) by the *named producer*
-``epochal.<namespace>/<branch>.<sink name>`` with the publishing id ``(generation + epoch) *
-10**12 + index`` (log_records.py). The broker keeps the last publishing id of a named producer
-in the stream and drops a message whose id is not above it, so a repeated commit cannot publish
-a message twice.
+``epochal.<namespace>/<branch>.<sink name>``. The messages go in *sub-entries* of at most
+`batch_size` messages (rabbitmq_entries.py), each stored whole or not at all under the
+publishing id of its last row, ``(generation + epoch) * 10**12 + index`` (log_records.py). The
+broker keeps the last publishing id of a named producer in the stream and drops an entry whose
+id is not above it, so a repeated commit cannot publish a message twice.
 
 - **prepare** (before the snapshot's CAS) encodes the epoch's rows and fixes the generation
   from the producer's last publishing id; nothing is published.
@@ -14,6 +15,8 @@ a message twice.
   commit left a prefix of the epoch in the stream; repeating it publishes the rest.
 - **committed** asks for the last publishing id too and reads the properties of the stream's
   last message: the epoch and snapshot the stream holds.
+
+The connections to the broker stay open across epochs (rabbitmq_session.py), until `close`.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import threading
+import weakref
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from runners.engine.crash import maybe_crash
-from runners.engine.destinations.fields import check_positive
+from runners.engine.destinations.fields import check_password_env, check_positive, with_password
 from runners.engine.destinations.log_records import (
     LogSink,
     encoded_rows,
@@ -35,6 +40,8 @@ from runners.engine.destinations.log_records import (
     position,
     stage,
 )
+from runners.engine.destinations.rabbitmq_entries import MAX_MESSAGES, sub_entries
+from runners.engine.destinations.rabbitmq_session import BrokerSession
 from runners.engine.rabbitmq_stream import DATA_SECTION, Endpoint
 from runners.engine.sinks import EpochOutput, Held
 
@@ -42,9 +49,13 @@ KIND = "rabbitmq_streams"
 EPOCH_PROPERTY = "epochal-epoch"
 SNAPSHOT_PROPERTY = "epochal-snapshot"
 TIMEOUT_S = 60.0
-#: bytes of message bodies per publish frame (the broker's frame_max is 1 MiB)
+#: the most bytes of messages per sub-entry, so per publish frame (the broker's frame_max is
+#: 1 MiB by default)
 FRAME_BYTES = 512 * 1024
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+#: guards the creation of a sink's session
+_SESSIONS = threading.Lock()
 
 
 class RabbitMQSinkError(RuntimeError):
@@ -61,16 +72,21 @@ class RabbitMQStreamsSink(LogSink):
 
     KIND: ClassVar[str] = KIND
     REQUIRED: ClassVar[dict[str, type]] = {"url": str, "stream": str}
-    OPTIONAL: ClassVar[dict[str, type]] = {"batch_size": int, "load_balancer": bool}
+    OPTIONAL: ClassVar[dict[str, type]] = {
+        "batch_size": int, "load_balancer": bool, "password_env": str,
+    }  # fmt: skip
 
     url: str
     stream: str
-    batch_size: int = 1_000
+    batch_size: int = 5_000
     load_balancer: bool = False
+    #: the environment variable holding the password (never in `url`)
+    password_env: str = ""
     name: str = KIND
     _prepared: dict[tuple[str, str, int], list[bytes]] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _broker: BrokerSession | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         try:
@@ -82,13 +98,17 @@ class RabbitMQStreamsSink(LogSink):
                 f"sink {self.name!r} ({KIND}): field 'stream' must name a stream (1 to 255 "
                 f"characters), not {self.stream!r}"
             )
-        check_positive(KIND, self.name, "batch_size", self.batch_size, 10_000)
+        check_positive(KIND, self.name, "batch_size", self.batch_size, MAX_MESSAGES)
+        check_password_env(KIND, self.name, self.password_env)
+
+    def _connect_url(self) -> str:
+        return with_password(self.url, self.password_env, KIND, self.name)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_prepared"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_prepared", "_broker")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _prepared={})
+        self.__dict__.update(state, _prepared={}, _broker=None)
 
     def producer_name(self, writer: str) -> str:
         """The named producer (deduplication reference) of the branch identity `writer`."""
@@ -97,26 +117,17 @@ class RabbitMQStreamsSink(LogSink):
     def _describe(self) -> str:
         return f"sink {self.name!r}: RabbitMQ stream {self.stream!r}"
 
-    def _producer(self) -> Any:
-        from rstream import Producer
-
-        e = Endpoint.parse(self.url)
-        return Producer(
-            e.host, e.port, username=e.username, password=e.password, vhost=e.vhost,
-            connection_name="epochal-sink", load_balancer_mode=self.load_balancer,
-            max_retries=3,
-        )  # fmt: skip
-
     def _consumer(self) -> Any:
         from rstream import Consumer
 
-        e = Endpoint.parse(self.url)
+        e = Endpoint.parse(self._connect_url())
         return Consumer(
             e.host, e.port, username=e.username, password=e.password, vhost=e.vhost,
             connection_name="epochal-sink", load_balancer_mode=self.load_balancer,
         )  # fmt: skip
 
     def _run(self, work: Any, timeout: float | None = TIMEOUT_S) -> Any:
+        """Run a consumer's coroutine on a loop of its own (reading the stream back)."""
         try:
             return asyncio.run(asyncio.wait_for(work, timeout))
         except (RabbitMQSinkError, ValueError):
@@ -124,29 +135,39 @@ class RabbitMQStreamsSink(LogSink):
         except Exception as exc:
             raise RabbitMQSinkError(f"{self._describe()} at {self.url}: {exc!r}") from None
 
-    # -- broker round trips ------------------------------------------------------------------
+    def _session(self) -> BrokerSession:
+        with _SESSIONS:  # prepare (the job's thread) and commit (the catch-up driver's) may race
+            if self._broker is None:
+                self._broker = BrokerSession(self._connect_url(), self.stream, name=self.name,
+                                             load_balancer=self.load_balancer)  # fmt: skip
+                weakref.finalize(self, self._broker.close)
+            return self._broker
 
-    async def _top(self, producer: Any, reference: str) -> int:
-        client = await producer.default_client
-        if not await client.stream_exists(self.stream):
-            raise ValueError(
-                f"{self._describe()} does not exist at {self.url}: create it first "
-                "(rabbitmq_stream.create_stream, or rabbitmq-streams add_stream)"
-            )
-        return int(await client.query_publisher_sequence(self.stream, reference))
+    def _call(self, work: Callable[[BrokerSession], Coroutine[Any, Any, T]]) -> T:
+        """Run `work` on the sink's connections to the broker (rabbitmq_session.py)."""
+        session = self._session()
+        try:
+            return session.run(work(session), TIMEOUT_S)
+        except (RabbitMQSinkError, ValueError):
+            raise
+        except Exception as exc:
+            raise RabbitMQSinkError(f"{self._describe()} at {self.url}: {exc!r}") from None
+
+    # -- broker round trips ------------------------------------------------------------------
 
     def top(self, writer: str) -> int:
         """The last publishing id of `writer`'s producer (0: none)."""
+        reference = self.producer_name(writer)
 
-        async def ask() -> int:
-            producer = self._producer()
-            try:
-                return await self._top(producer, self.producer_name(writer))
-            finally:
-                with contextlib.suppress(Exception):
-                    await producer.close()
+        async def ask(session: BrokerSession) -> int:
+            if not await session.stream_exists():
+                raise ValueError(
+                    f"{self._describe()} does not exist at {self.url}: create it first "
+                    "(rabbitmq_stream.create_stream, or rabbitmq-streams add_stream)"
+                )
+            return await session.top(reference)
 
-        return int(self._run(ask()))
+        return self._call(ask)
 
     def check(self) -> None:
         """ValueError unless the broker answers and the stream exists: before a job starts."""
@@ -155,56 +176,27 @@ class RabbitMQStreamsSink(LogSink):
         except RabbitMQSinkError as exc:
             raise ValueError(f"{exc} (field 'url': the broker is unreachable)") from None
 
-    async def _publish(self, writer: str, first: int, rows: Sequence[bytes], epoch: int,
-                       snapshot: str, crash: tuple[str, int] | None) -> None:  # fmt: skip
-        from rstream import RawMessage
-
+    def _publish(self, writer: str, first: int, rows: Sequence[bytes], epoch: int,
+                 snapshot: str, crash: tuple[str, int] | None) -> None:  # fmt: skip
+        """Publish the rows after the producer's last publishing id, in sub-entries of at most
+        `batch_size` messages, each under the publishing id of its last row; the first
+        sub-entry is confirmed before the rest go (a crash test kills the run between)."""
         reference = self.producer_name(writer)
-        producer = self._producer()
+        top = self.top(writer)
+        start = max(0, top - first + 1) if top >= first else 0
+        if start >= len(rows):
+            return
         head = properties_section({EPOCH_PROPERTY: str(epoch), SNAPSHOT_PROPERTY: snapshot})
-        waiting: set[int] = set()
-        failed: list[Any] = []
-        drained = asyncio.Event()
-
-        def on_confirm(status: Any) -> None:
-            if not status.is_confirmed:
-                failed.append(status)
-            waiting.discard(status.message_id)
-            if not waiting:
-                drained.set()
-
-        async def drain() -> None:
-            if waiting:
-                drained.clear()
-                await drained.wait()
-            if failed:
-                raise RabbitMQSinkError(
-                    f"{self._describe()}: the broker refused {len(failed)} messages of epoch "
-                    f"{epoch} (code {failed[0].response_code})"
-                )
-
+        entries = sub_entries(rows[start:], head, max_messages=self.batch_size,
+                              max_bytes=FRAME_BYTES)  # fmt: skip
+        ids = [(first + start + e.last, e) for e in entries]
         try:
-            top = await self._top(producer, reference)
-            start = max(0, top - first + 1) if top >= first else 0
-            index, batches = start, 0
-            while index < len(rows):
-                batch: list[Any] = []
-                size = 0
-                while index < len(rows) and len(batch) < self.batch_size and size < FRAME_BYTES:
-                    batch.append(RawMessage(head + data_section(rows[index]), first + index))
-                    size += len(rows[index])
-                    index += 1
-                waiting.update(range(first + index - len(batch), first + index))
-                await producer.send_batch(self.stream, batch, publisher_name=reference,
-                                          on_publish_confirm=on_confirm)  # fmt: skip
-                batches += 1
-                if batches == 1:
-                    await drain()
-                    maybe_crash(crash, "mid_sink_commit", epoch)
-            await drain()
-        finally:
-            with contextlib.suppress(Exception):
-                await producer.close()
+            self._call(lambda s: s.publish(reference, ids[:1]))
+            maybe_crash(crash, "mid_sink_commit", epoch)
+            if len(ids) > 1:
+                self._call(lambda s: s.publish(reference, ids[1:]))
+        except RabbitMQSinkError as exc:
+            raise RabbitMQSinkError(f"{exc} (epoch {epoch})") from None
 
     async def _tail(self) -> tuple[int, bytes] | None:
         """(offset, message) of the stream's last message (None: no message). The broker
@@ -267,8 +259,7 @@ class RabbitMQStreamsSink(LogSink):
             if count >= 0 and self.top(writer) >= first + count - 1:
                 return  # every message is there (or the epoch has none)
             rows = encoded_rows(output)
-        self._run(self._publish(writer, first, rows, output.epoch, output.snapshot_id,
-                                output.crash))  # fmt: skip
+        self._publish(writer, first, rows, output.epoch, output.snapshot_id, output.crash)
 
     def committed(self, pending: Mapping[str, Any]) -> Held | None:
         """The epoch of the stream's last message, if the stream holds all of it: a commit
@@ -330,6 +321,9 @@ class RabbitMQStreamsSink(LogSink):
 
     def close(self) -> None:
         self._prepared.clear()
+        broker, self._broker = self._broker, None
+        if broker is not None:
+            broker.close()
 
 
 def properties_section(properties: Mapping[str, str]) -> bytes:
@@ -339,13 +333,6 @@ def properties_section(properties: Mapping[str, str]) -> bytes:
 
     encoded = bytes(AMQPMessage(body=b"-", application_properties=dict(properties)))
     return encoded[: encoded.rindex(DATA_SECTION)]
-
-
-def data_section(body: bytes) -> bytes:
-    """An AMQP 1.0 data section holding `body` (binary: vbin8 or vbin32)."""
-    if len(body) < 256:
-        return DATA_SECTION + b"\xa0" + bytes((len(body),)) + body
-    return DATA_SECTION + b"\xb0" + len(body).to_bytes(4, "big") + body
 
 
 def _text_keys(properties: Mapping[Any, Any] | None) -> dict[str, Any]:

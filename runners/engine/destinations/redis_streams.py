@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from runners.engine.crash import maybe_crash
-from runners.engine.destinations.fields import check_positive
+from runners.engine.destinations.fields import check_password_env, check_positive, with_password
 from runners.engine.destinations.log_records import (
     SLOT,
     LogSink,
@@ -68,12 +68,16 @@ class RedisStreamsSink(LogSink):
 
     KIND: ClassVar[str] = KIND
     REQUIRED: ClassVar[dict[str, type]] = {"url": str, "stream": str}
-    OPTIONAL: ClassVar[dict[str, type]] = {"payload_field": str, "batch_size": int}
+    OPTIONAL: ClassVar[dict[str, type]] = {
+        "payload_field": str, "batch_size": int, "password_env": str,
+    }  # fmt: skip
 
     url: str
     stream: str
     payload_field: str = "data"
     batch_size: int = 5_000
+    #: the environment variable holding the password (never in `url`)
+    password_env: str = ""
     name: str = KIND
     _prepared: dict[tuple[str, str, int], list[bytes]] = field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -97,6 +101,7 @@ class RedisStreamsSink(LogSink):
                 f"'epoch', not {self.payload_field!r}"
             )
         check_positive(KIND, self.name, "batch_size", self.batch_size, 100_000)
+        check_password_env(KIND, self.name, self.password_env)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in ("_prepared", "_client")}
@@ -112,8 +117,8 @@ class RedisStreamsSink(LogSink):
         if self._client is None:
             import redis
 
-            self._client = redis.Redis.from_url(self.url, socket_timeout=30,
-                                                socket_connect_timeout=5)  # fmt: skip
+            url = with_password(self.url, self.password_env, KIND, self.name)
+            self._client = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5)
         return self._client
 
     def _describe(self) -> str:

@@ -58,6 +58,8 @@ class TcpProxy:
         self._server: socket.socket | None = None
         self._open: set[socket.socket] = set()
         self._lock = threading.Lock()
+        #: connections forwarded so far
+        self.accepted = 0
         self.restore()
 
     def restore(self) -> None:
@@ -82,6 +84,7 @@ class TcpProxy:
             upstream.settimeout(None)
             with self._lock:
                 self._open.update((client, upstream))
+                self.accepted += 1
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
