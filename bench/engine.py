@@ -1070,7 +1070,7 @@ def sizes_from(args: argparse.Namespace) -> Sizes:
     return Sizes(**{**base.__dict__, **overrides})
 
 
-def _prepare_environment() -> None:
+def prepare_environment() -> None:
     """Python workers must run this interpreter (pandas, pyarrow) and import bench/runners."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -1083,7 +1083,7 @@ def _prepare_environment() -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sizes = sizes_from(args)
-    _prepare_environment()
+    prepare_environment()
     keep = args.work_dir is not None
     work = Path(args.work_dir) if keep else Path(tempfile.mkdtemp(prefix="bench-engine-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.datagen import key_strings
-from bench.engine import DRIVER_MEMORY, REPO_ROOT, effective_jvm
+from bench.engine import DRIVER_MEMORY, REPO_ROOT, effective_jvm, prepare_environment
 from bench.timing import code_version
 from bench.windows import (
     DELAY_MS,
@@ -134,11 +134,7 @@ def measure(
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    path = os.environ.get("PYTHONPATH", "")
-    if str(REPO_ROOT) not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), path) if x)
+    prepare_environment()
     keep = args.work_dir is not None
     work = Path(args.work_dir) if keep else Path(tempfile.mkdtemp(prefix="bench-sessions-"))
     work.mkdir(parents=True, exist_ok=True)

@@ -54,7 +54,7 @@ import pyarrow.parquet as pq
 from bench import windows_timers as timers
 from bench.checksum import from_arrays
 from bench.datagen import key_strings
-from bench.engine import DRIVER_MEMORY, REPO_ROOT, effective_jvm
+from bench.engine import DRIVER_MEMORY, REPO_ROOT, effective_jvm, prepare_environment
 from bench.spark_peers import (
     ROCKSDB_PROVIDER,
     WINDOW_ROWS,
@@ -396,11 +396,7 @@ def timers_part(spark: SparkSession, args: argparse.Namespace, work: Path) -> di
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    path = os.environ.get("PYTHONPATH", "")
-    if str(REPO_ROOT) not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(x for x in (str(REPO_ROOT), path) if x)
+    prepare_environment()
     keep = args.work_dir is not None
     work = Path(args.work_dir) if keep else Path(tempfile.mkdtemp(prefix="bench-windows-"))
     work.mkdir(parents=True, exist_ok=True)

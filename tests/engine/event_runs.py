@@ -12,6 +12,7 @@ import pyarrow as pa
 
 from runners.engine import EpochRunner, Job, read_dead_letters, read_output
 from snapshots_store import Repository
+from tests.engine.crash_harness import run_job
 
 
 def run(
@@ -92,3 +93,15 @@ def replay_rolled_back_and_forked(spark: Any, job: Job, repo: Repository) -> Non
                       provenance={"reason": "test"})  # fmt: skip
     EpochRunner(spark, job, repo=repo, parallelism=2).run()
     EpochRunner(spark, job, repo=repo, branch="fork", parallelism=3).run()
+
+
+def killed_and_restarted(tmp_path: Path, data: str, job: str, epoch: int) -> Repository:
+    """The job's store after its driver was SIGKILLed half a second into epoch `epoch` (the
+    epochs slowed so that it lands inside) and a restart at parallelism 3 ran to the end."""
+    store = f"file://{tmp_path}/store"
+    run = run_job(store=store, namespace="crash", data=data, job=job,
+                  slow_s=0.3, kill_after_epoch_start=(epoch, 0.5))  # fmt: skip
+    assert run.killed and run.interrupted_epoch == epoch, run.events
+    final = run_job(store=store, namespace="crash", data=data, job=job, parallelism=3)
+    assert final.returncode == 0, final.events
+    return Repository.open(store, "crash")

@@ -17,8 +17,10 @@ from runners.engine import aggregations as agg
 from runners.engine.state.timers import TimerError, Timers
 from runners.engine.state_ops import new_branch_commit, rehash
 from snapshots_store import Repository
-from tests.engine.crash_harness import run_job
-from tests.engine.test_windows import _chain, _ipc, _run
+from tests.engine.event_runs import chain as _chain
+from tests.engine.event_runs import ipc as _ipc
+from tests.engine.event_runs import killed_and_restarted
+from tests.engine.event_runs import run as _run
 from tests.engine.timers_data import COLUMNS, LAYOUT, on_timer, process, reference, timer_job
 from tests.engine.windows_data import event_frames, write_event_files
 
@@ -176,13 +178,7 @@ def test_rehash_to_another_max_parallelism_moves_the_timers_with_their_keys(
 def test_driver_sigkill_mid_epoch_then_restart_fires_the_same_timers(
     timer_dir: str, timer_run: Repository, tmp_path: Path
 ) -> None:
-    store = f"file://{tmp_path}/store"
-    run = run_job(store=store, namespace="crash", data=timer_dir, job="timer-job",
-                  slow_s=0.3, kill_after_epoch_start=(4, 0.5))  # fmt: skip
-    assert run.killed and run.interrupted_epoch == 4, run.events
-    final = run_job(store=store, namespace="crash", data=timer_dir, job="timer-job", parallelism=3)
-    assert final.returncode == 0, final.events
-    repo = Repository.open(store, "crash")
+    repo = killed_and_restarted(tmp_path, timer_dir, "timer-job", 4)
     assert _ipc(_output(repo)) == _ipc(_output(timer_run))
     assert _timer_docs(repo) == _timer_docs(timer_run)
 

@@ -17,10 +17,10 @@ from runners.engine import aggregations as agg
 from runners.engine.eventtime import EventTime, EventTimeError, sliding, tumbling
 from runners.engine.eventtime.watermark import Watermark, advance
 from snapshots_store import Repository
-from tests.engine.crash_harness import run_job
 from tests.engine.event_runs import chain as _chain
 from tests.engine.event_runs import (
     dead_letters,
+    killed_and_restarted,
     late_per_epoch,
     output,
     replay_rolled_back_and_forked,
@@ -185,13 +185,7 @@ def test_watermark_partitions_and_idleness(spark: Any, tmp_path: Path) -> None:
 def test_driver_sigkill_mid_epoch_then_restart_emits_the_same_windows(
     event_dir: str, sliding_run: Repository, tmp_path: Path
 ) -> None:
-    store = f"file://{tmp_path}/store"
-    run = run_job(store=store, namespace="crash", data=event_dir, job="window-job",
-                  slow_s=0.3, kill_after_epoch_start=(3, 0.5))  # fmt: skip
-    assert run.killed and run.interrupted_epoch == 3, run.events
-    final = run_job(store=store, namespace="crash", data=event_dir, job="window-job", parallelism=3)
-    assert final.returncode == 0, final.events
-    repo = Repository.open(store, "crash")
+    repo = killed_and_restarted(tmp_path, event_dir, "window-job", 3)
     assert _ipc(_output(repo)) == _ipc(_output(sliding_run))
     assert _watermarks(repo) == _watermarks(sliding_run)
 

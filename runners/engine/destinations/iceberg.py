@@ -307,17 +307,10 @@ class IcebergSink(FromConfig):
     def _holds(table: Any, writer: str, output: EpochOutput) -> bool:
         """Whether the writer's newest snapshot at or before `output`'s epoch is that epoch
         from `output`'s store snapshot."""
-        from pyiceberg.table.snapshots import ancestors_of
-
-        for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
-            summary = snapshot.summary
-            if summary is None or summary.get(IDENTITY) != writer:
-                continue
-            if int(summary.get(EPOCH, 0)) <= output.epoch:
-                return (int(summary.get(EPOCH, 0)), summary.get(SNAPSHOT)) == (
-                    output.epoch, output.snapshot_id,
-                )  # fmt: skip
-        return False
+        found, _ = _back_to(table, writer, output.epoch)
+        return found is not None and (int(found.get(EPOCH, 0)), found.get(SNAPSHOT)) == (
+            output.epoch, output.snapshot_id,
+        )  # fmt: skip
 
     @staticmethod
     def _append(table: Any, files: list[Any], summary: dict[str, str]) -> Any:
@@ -335,23 +328,13 @@ class IcebergSink(FromConfig):
     def rollback_to(self, epoch: int, *, namespace: str, branch: str) -> None:
         """Remove the rows of the epochs after `epoch` the branch `namespace/branch` wrote, in
         one overwrite snapshot naming `epoch` (and its store snapshot) again."""
-        from pyiceberg.table.snapshots import ancestors_of
-
         writer = identity(namespace, branch)
         table = self.load()
         if table is None:
             return
         self.held(table, writer)  # refuses another writer's table
-        abandoned: set[int] = set()
-        target = ""
-        for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
-            summary = snapshot.summary
-            if summary is None or summary.get(IDENTITY) != writer:
-                continue
-            if int(summary.get(EPOCH, 0)) <= epoch:
-                target = summary.get(SNAPSHOT, "")
-                break
-            abandoned.add(snapshot.snapshot_id)
+        found, abandoned = _back_to(table, writer, epoch)
+        target = "" if found is None else found.get(SNAPSHOT, "")
         if not abandoned:
             return
         files = [
@@ -390,6 +373,23 @@ class IcebergSink(FromConfig):
         if self._catalog is not None:
             self._catalog.engine.dispose()
             self._catalog = None
+
+
+def _back_to(table: Any, writer: str, epoch: int) -> tuple[Any, set[int]]:
+    """Walking the table's ancestry from its current snapshot: (the summary of the writer's
+    newest snapshot at or before `epoch`, None when there is none; the ids of the writer's
+    snapshots after it)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    after: set[int] = set()
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        summary = snapshot.summary
+        if summary is None or summary.get(IDENTITY) != writer:
+            continue
+        if int(summary.get(EPOCH, 0)) <= epoch:
+            return summary, after
+        after.add(snapshot.snapshot_id)
+    return None, after
 
 
 __all__ = ["IcebergSink", "IcebergSinkError"]
